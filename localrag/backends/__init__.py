@@ -1,0 +1,1 @@
+"""Model backends: the Backend protocol (base), llama.cpp (llamacpp) and transformers (hf)."""

@@ -1,0 +1,92 @@
+"""The contract every target/draft backend implements (llama.cpp, transformers).
+
+A backend owns one model and one KV cache. The cache holds the *committed*
+context (``n_past`` tokens). On top of it a token tree can be evaluated in one
+forward pass without committing it, and afterwards one root-to-node path of
+that tree is committed:
+
+    logits = be.prefill(prompt_ids)          # (V,) logits after the last prompt token
+    rows   = be.eval_tree(tokens, parents)   # (n, V) logits after each tree node
+    be.commit_path([0, 3, 4])                # keep nodes 0 -> 3 -> 4, drop the rest
+
+``parents[i]`` is the index of node i's parent inside the tree, or -1 for a
+child of the committed context; parents come before children. Plain decoding
+is the one-node tree ``eval_tree([tok], [-1])`` followed by ``commit_path([0])``.
+
+Logits arrays returned by a backend may be views into the backend's own
+buffers: they are valid until the next call on that backend.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+
+import numpy as np
+
+
+class Backend(ABC):
+    """One loaded model with a KV cache. See the module docstring for the protocol."""
+
+    name: str
+    n_vocab: int
+    n_ctx: int
+    tokens: list[int]  # the committed context, in KV order
+
+    @property
+    def n_past(self) -> int:
+        return len(self.tokens)
+
+    # --- vocabulary -----------------------------------------------------------
+    @abstractmethod
+    def tokenize(self, text: str, add_special: bool = False, parse_special: bool = True) -> list[int]:
+        """Text -> token ids. add_special adds BOS where the model wants one."""
+
+    @abstractmethod
+    def token_bytes(self, token: int) -> bytes:
+        """Raw bytes of one token's piece (may be a partial UTF-8 character)."""
+
+    @abstractmethod
+    def is_eog(self, token: int) -> bool:
+        """True for end-of-generation tokens (EOS, EOT, ...)."""
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        return b"".join(self.token_bytes(t) for t in tokens).decode("utf-8", errors="replace")
+
+    def vocab_pieces(self) -> list[bytes]:
+        """Every token's bytes, in id order; used to check draft/target vocabulary identity."""
+        return [self.token_bytes(t) for t in range(self.n_vocab)]
+
+    # --- KV cache -------------------------------------------------------------
+    @abstractmethod
+    def reset(self) -> None:
+        """Forget the committed context (n_past = 0)."""
+
+    @abstractmethod
+    def truncate(self, n_keep: int) -> None:
+        """Drop committed tokens from position n_keep on (reuse a shared prompt prefix)."""
+
+    @abstractmethod
+    def prefill(self, tokens: Sequence[int]) -> np.ndarray:
+        """Append tokens to the committed context; return (V,) logits after the last one."""
+
+    @abstractmethod
+    def eval_tree(self, tokens: Sequence[int], parents: Sequence[int]) -> np.ndarray:
+        """Evaluate a token tree on top of the committed context in one forward pass.
+
+        Returns (n, V) logits: row i is the next-token distribution after node i.
+        Nothing is committed until commit_path().
+        """
+
+    @abstractmethod
+    def commit_path(self, path: Sequence[int]) -> None:
+        """Commit the tree nodes `path` (root-to-node, indices into the last eval_tree)."""
+
+    def decode_one(self, token: int) -> np.ndarray:
+        """Append one token and return (V,) logits after it (the plain-decoding step)."""
+        row = self.eval_tree([token], [-1])[0]
+        self.commit_path([0])
+        return row
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Free native resources (optional)."""

@@ -1,0 +1,314 @@
+"""llama.cpp backend on llama-cpp-python's low-level C API.
+
+We create the context ourselves (the high-level ``Llama`` class cannot
+verify a token tree): ``n_seq_max`` KV sequences in one *unified* KV cache, so
+one ``llama_decode`` can hold a whole tree, one sequence per leaf.
+
+Tree layout (DESIGN.md §3): number the leaves 0..L-1; node i goes in the batch
+with ``pos = n_past + depth(i)`` and ``seq_id = {leaves below i}``. Sequence 0
+is the committed context, copied (by reference, it is a unified cache) to
+sequences 1..L-1 before the decode. Committing a path that ends above leaf s:
+
+    seq_rm(s, n_past + len(path), -1)   # leaf s's chain is prefix + path + rest
+    seq_keep(s)                          # drop every other branch
+    seq_cp(s, 0); seq_keep(0)            # rename s -> 0
+
+    be = LlamaCppBackend(ModelConfig())
+    logits = be.prefill(be.tokenize("Hello", add_special=True))
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+from collections.abc import Sequence
+
+import llama_cpp as lc
+import numpy as np
+
+from localrag.backends.base import Backend
+from localrag.config import ModelConfig
+from localrag.models import ModelError, ModelSpec, resolve
+
+
+def _silence_llama_log() -> None:
+    """Route llama.cpp's C logging to nowhere (it is very chatty on stderr)."""
+    if getattr(_silence_llama_log, "callback", None) is None:
+        cb = lc.llama_log_callback(lambda level, text, user_data: None)
+        _silence_llama_log.callback = cb  # keep a reference: C holds the pointer
+        lc.llama_log_set(cb, ctypes.c_void_p(0))
+
+
+def default_threads() -> int:
+    return max(1, os.cpu_count() or 1)
+
+
+class LlamaCppBackend(Backend):
+    """A GGUF model in llama.cpp with a tree-capable, unified KV cache."""
+
+    def __init__(self, config: ModelConfig, spec: ModelSpec | None = None, verbose: bool = False):
+        spec = spec or resolve(config.model)
+        if spec.format != "gguf":
+            raise ModelError(f"{spec.path}: the llama.cpp backend needs a .gguf file, got a {spec.format} model folder")
+        if not verbose:
+            _silence_llama_log()
+        lc.llama_backend_init()
+        self.config = config
+        self.spec = spec
+        self.name = spec.name
+
+        mparams = lc.llama_model_default_params()
+        offload = lc.llama_supports_gpu_offload()
+        mparams.n_gpu_layers = (999 if config.n_gpu_layers < 0 else config.n_gpu_layers) if offload else 0
+        self.gpu_layers = mparams.n_gpu_layers
+        self._model = lc.llama_model_load_from_file(str(spec.path).encode(), mparams)
+        if not self._model:
+            raise ModelError(f"{spec.path}: llama.cpp could not load this model (unsupported architecture or corrupt tensors)")
+        self._vocab = lc.llama_model_get_vocab(self._model)
+        self.n_vocab = lc.llama_vocab_n_tokens(self._vocab)
+
+        threads = config.n_threads or default_threads()
+        cparams = lc.llama_context_default_params()
+        cparams.n_ctx = config.n_ctx
+        cparams.n_batch = config.n_batch
+        cparams.n_ubatch = config.n_batch
+        cparams.n_seq_max = config.n_seq_max
+        cparams.kv_unified = True
+        cparams.n_threads = threads
+        cparams.n_threads_batch = threads
+        if config.flash_attn is not None:
+            cparams.flash_attn_type = (
+                lc.LLAMA_FLASH_ATTN_TYPE_ENABLED if config.flash_attn else lc.LLAMA_FLASH_ATTN_TYPE_DISABLED
+            )
+        self._ctx = lc.llama_init_from_model(self._model, cparams)
+        if not self._ctx:
+            lc.llama_model_free(self._model)
+            raise ModelError(f"{spec.path}: could not create a llama.cpp context (n_ctx={config.n_ctx}; out of memory?)")
+        self.n_ctx = lc.llama_n_ctx(self._ctx)
+        self.n_batch = config.n_batch
+        self.max_leaves = config.n_seq_max
+        self._mem = lc.llama_get_memory(self._ctx)
+        self._batch = lc.llama_batch_init(self.n_batch, 0, self.max_leaves)
+        self._pieces: dict[tuple[int, bool], bytes] = {}
+        self.tokens: list[int] = []  # the committed context, in KV sequence 0
+        self._tree_tokens: list[int] = []  # the last eval_tree, until commit_path
+        self._tree_leaf_of: list[int] = []  # for the last eval_tree: one leaf (seq id) below each node
+        self._tree_leaves = 0
+
+    # --- vocabulary -------------------------------------------------------------
+    def tokenize(self, text: str, add_special: bool = False, parse_special: bool = True) -> list[int]:
+        data = text.encode("utf-8")
+        cap = len(data) + 8
+        buf = (lc.llama_token * cap)()
+        n = lc.llama_tokenize(self._vocab, data, len(data), buf, cap, add_special, parse_special)
+        if n < 0:  # buffer too small: -n is the size needed
+            cap = -n
+            buf = (lc.llama_token * cap)()
+            n = lc.llama_tokenize(self._vocab, data, len(data), buf, cap, add_special, parse_special)
+        return list(buf[:n])
+
+    def token_bytes(self, token: int, special: bool = False) -> bytes:
+        key = (token, special)
+        piece = self._pieces.get(key)
+        if piece is None:
+            buf = ctypes.create_string_buffer(64)
+            n = lc.llama_token_to_piece(self._vocab, token, buf, 64, 0, special)
+            if n < 0:
+                buf = ctypes.create_string_buffer(-n)
+                n = lc.llama_token_to_piece(self._vocab, token, buf, -n, 0, special)
+            piece = buf.raw[:n]
+            self._pieces[key] = piece
+        return piece
+
+    def vocab_pieces(self) -> list[bytes]:
+        return [self.token_bytes(t, special=True) for t in range(self.n_vocab)]
+
+    def is_eog(self, token: int) -> bool:
+        return bool(lc.llama_vocab_is_eog(self._vocab, token))
+
+    @property
+    def add_bos(self) -> bool:
+        return bool(lc.llama_vocab_get_add_bos(self._vocab))
+
+    def chat_template(self) -> str | None:
+        tmpl = lc.llama_model_chat_template(self._model, None)
+        return tmpl.decode("utf-8") if tmpl else None
+
+    def meta(self, key: str) -> str | None:
+        buf = ctypes.create_string_buffer(4096)
+        n = lc.llama_model_meta_val_str(self._model, key.encode(), buf, 4096)
+        return buf.value.decode("utf-8", errors="replace") if n >= 0 else None
+
+    # --- KV sequence operations (exposed for drafters and tests) -----------------
+    def seq_rm(self, seq: int, p0: int, p1: int = -1) -> bool:
+        return bool(lc.llama_memory_seq_rm(self._mem, seq, p0, p1))
+
+    def seq_cp(self, src: int, dst: int, p0: int = -1, p1: int = -1) -> None:
+        lc.llama_memory_seq_cp(self._mem, src, dst, p0, p1)
+
+    def seq_keep(self, seq: int) -> None:
+        lc.llama_memory_seq_keep(self._mem, seq)
+
+    def reset(self) -> None:
+        lc.llama_memory_clear(self._mem, True)
+        self.tokens = []
+        self._tree_leaf_of = []
+
+    def truncate(self, n_keep: int) -> None:
+        if n_keep < self.n_past:
+            self.seq_rm(0, n_keep, -1)
+            del self.tokens[n_keep:]
+
+    # --- decoding ---------------------------------------------------------------
+    def _decode(self, n_tokens: int) -> None:
+        self._batch.n_tokens = n_tokens
+        rc = lc.llama_decode(self._ctx, self._batch)
+        if rc != 0:
+            raise RuntimeError(f"llama_decode failed with code {rc} (context full? n_past={self.n_past}, n_ctx={self.n_ctx})")
+
+    def _logits_view(self, n_rows: int) -> np.ndarray:
+        """(n_rows, V) view of llama.cpp's output buffer: rows of the batch's logits=1 tokens, in order."""
+        ptr = lc.llama_get_logits(self._ctx)
+        return np.ctypeslib.as_array(ptr, shape=(n_rows, self.n_vocab))
+
+    def _check_room(self, n: int) -> None:
+        if self.n_past + n > self.n_ctx:
+            raise ValueError(f"context full: {self.n_past} + {n} tokens > n_ctx {self.n_ctx}")
+
+    def prefill(self, tokens: Sequence[int]) -> np.ndarray:
+        if not tokens:
+            raise ValueError("prefill needs at least one token")
+        self._check_room(len(tokens))
+        b = self._batch
+        for start in range(0, len(tokens), self.n_batch):
+            chunk = tokens[start : start + self.n_batch]
+            last_chunk = start + self.n_batch >= len(tokens)
+            for i, tok in enumerate(chunk):
+                b.token[i] = tok
+                b.pos[i] = self.n_past + i
+                b.n_seq_id[i] = 1
+                b.seq_id[i][0] = 0
+                b.logits[i] = last_chunk and i == len(chunk) - 1
+            self._decode(len(chunk))
+            self.tokens.extend(chunk)
+        return self._logits_view(1)[0]
+
+    def decode_one(self, token: int) -> np.ndarray:
+        self._check_room(1)
+        b = self._batch
+        b.token[0] = token
+        b.pos[0] = self.n_past
+        b.n_seq_id[0] = 1
+        b.seq_id[0][0] = 0
+        b.logits[0] = True
+        self._decode(1)
+        self.tokens.append(token)
+        return self._logits_view(1)[0]
+
+    def eval_tree(self, tokens: Sequence[int], parents: Sequence[int]) -> np.ndarray:
+        n = len(tokens)
+        if n == 0 or n > self.n_batch:
+            raise ValueError(f"tree of {n} nodes; must be 1..{self.n_batch}")
+        depth, leaves_below, leaf_of, n_leaves = tree_layout(parents)
+        if n_leaves > self.max_leaves:
+            raise ValueError(f"tree has {n_leaves} leaves but the context has n_seq_max={self.max_leaves}")
+        self._check_room(max(depth) + 1)
+        for s in range(1, n_leaves):  # every leaf sequence starts as the committed prefix
+            self.seq_cp(0, s, -1, -1)
+        b = self._batch
+        for i, tok in enumerate(tokens):
+            b.token[i] = tok
+            b.pos[i] = self.n_past + depth[i]
+            seqs = leaves_below[i]
+            b.n_seq_id[i] = len(seqs)
+            for j, s in enumerate(seqs):
+                b.seq_id[i][j] = s
+            b.logits[i] = True
+        self._decode(n)
+        self._tree_tokens = list(tokens)
+        self._tree_leaf_of = leaf_of
+        self._tree_leaves = n_leaves
+        return self._logits_view(n)
+
+    def commit_path(self, path: Sequence[int]) -> None:
+        n_leaves = self._tree_leaves
+        if not path:  # keep none of the tree
+            for s in range(n_leaves):
+                self.seq_rm(s, self.n_past, -1)
+            self.seq_keep(0)
+        else:
+            s = self._tree_leaf_of[path[-1]]
+            self.seq_rm(s, self.n_past + len(path), -1)
+            if s != 0:
+                self.seq_keep(s)
+                self.seq_cp(s, 0, -1, -1)
+                self.seq_keep(0)
+            elif n_leaves > 1:
+                self.seq_keep(0)
+            self.tokens.extend(self._tree_tokens[i] for i in path)
+        self._tree_tokens = []
+        self._tree_leaf_of = []
+        self._tree_leaves = 0
+
+    def decode_batch(self, tokens: Sequence[int], positions: Sequence[int], seq_ids: Sequence[int],
+                     outputs: Sequence[bool]) -> np.ndarray:
+        """One llama_decode over entries of several independent KV sequences (batched drafting/scoring).
+
+        Entry i puts ``tokens[i]`` into sequence ``seq_ids[i]`` at ``positions[i]``; the returned
+        (n_out, V) view holds the logits of the entries with ``outputs[i]`` set, in order (valid until
+        the next decode). The committed context (``tokens``/``n_past``) is not touched: the caller owns
+        the sequences it writes and clears them afterwards (``seq_rm``/``reset``).
+        """
+        n = len(tokens)
+        if n == 0 or n > self.n_batch:
+            raise ValueError(f"batch of {n} entries; must be 1..{self.n_batch}")
+        b = self._batch
+        for i in range(n):
+            if not 0 <= seq_ids[i] < self.max_leaves:
+                raise ValueError(f"sequence id {seq_ids[i]} outside 0..{self.max_leaves - 1} (n_seq_max)")
+            b.token[i] = tokens[i]
+            b.pos[i] = positions[i]
+            b.n_seq_id[i] = 1
+            b.seq_id[i][0] = seq_ids[i]
+            b.logits[i] = bool(outputs[i])
+        self._decode(n)
+        n_out = sum(1 for o in outputs if o)
+        return self._logits_view(n_out) if n_out else np.zeros((0, self.n_vocab), dtype=np.float32)
+
+    def close(self) -> None:
+        if getattr(self, "_ctx", None):
+            lc.llama_batch_free(self._batch)
+            lc.llama_free(self._ctx)
+            lc.llama_model_free(self._model)
+            self._ctx = None
+
+    def __del__(self):
+        with contextlib.suppress(Exception):  # interpreter shutdown may have unloaded llama_cpp
+            self.close()
+
+
+def tree_layout(parents: Sequence[int]) -> tuple[list[int], list[list[int]], list[int], int]:
+    """Depths, leaf sets and one leaf per node for a parents array (parents before children).
+
+    Returns (depth[i], leaves_below[i] (sorted seq ids), leaf_of[i] (one leaf below i), n_leaves).
+    Leaves are numbered 0..L-1 in node order.
+    """
+    n = len(parents)
+    depth = [0] * n
+    has_child = [False] * n
+    for i, p in enumerate(parents):
+        if p >= i:
+            raise ValueError(f"node {i} has parent {p}: parents must come before children")
+        if p >= 0:
+            depth[i] = depth[p] + 1
+            has_child[p] = True
+    leaf_ids = {i: k for k, i in enumerate(i for i in range(n) if not has_child[i])}
+    leaves_below: list[list[int]] = [[] for _ in range(n)]
+    for leaf, s in leaf_ids.items():  # walk each leaf up to the root
+        node = leaf
+        while node >= 0:
+            leaves_below[node].append(s)
+            node = parents[node]
+    leaf_of = [lb[0] for lb in leaves_below]
+    return depth, leaves_below, leaf_of, len(leaf_ids)

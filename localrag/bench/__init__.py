@@ -1,0 +1,1 @@
+"""Benchmarks: ``python -m localrag bench <suite> ...`` (ratios measured in one process)."""

