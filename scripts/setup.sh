@@ -31,10 +31,10 @@ if [[ ! -f "$stamp" ]]; then
   .venv/bin/python -m pip install -q --no-cache-dir "${args[@]}"
   touch "$stamp"
 fi
-if [[ $dev == 1 && ! -x /usr/bin/chromium ]]; then
-  echo "[setup] installing Debian chromium for the browser tests"
+if [[ $dev == 1 ]] && ! { [[ -x /usr/bin/chromium ]] && dpkg -s fonts-noto-color-emoji >/dev/null 2>&1; }; then
+  echo "[setup] installing Debian chromium (+ emoji font) for the browser tests"
   if [[ $(id -u) == 0 ]]; then
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium fonts-noto-color-emoji >/dev/null
   else
     echo "[setup] warning: not root; install chromium yourself (apt-get install chromium) for the browser tests" >&2
   fi

@@ -1,0 +1,156 @@
+"""Chat history: conversations and their turns in one SQLite file, surviving restarts.
+
+A *turn* is one question and its answer plus the evidence shown with it
+(citations, stats, Grounded drafts), stored as JSON so the UI can re-render a
+past chat exactly as it looked. UI-free; the Gradio app and tests use it alike.
+
+    store = ChatStore(data_dir / "history.sqlite")
+    chat = store.new_chat("What does the contract say?")
+    store.add_turn(chat, Turn(question="...", answer="...", mode="plain"))
+    store.list_chats()          # newest first: [ChatInfo(id, title, updated, n_turns)]
+    store.turns(chat)           # [Turn, ...] in order
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS chats (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    title TEXT NOT NULL,
+    created REAL NOT NULL,
+    updated REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS turns (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    chat_id INTEGER NOT NULL REFERENCES chats(id) ON DELETE CASCADE,
+    question TEXT NOT NULL,
+    answer TEXT NOT NULL,
+    mode TEXT NOT NULL,
+    payload TEXT NOT NULL,      -- JSON: citations, stats, drafts, error, collection
+    created REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS turns_by_chat ON turns(chat_id, id);
+"""
+
+TITLE_CHARS = 60
+
+
+@dataclass
+class Turn:
+    """One exchange. citations/drafts are lists of plain dicts; stats a plain dict."""
+
+    question: str
+    answer: str = ""
+    mode: str = "plain"
+    citations: list[dict] = field(default_factory=list)
+    stats: dict = field(default_factory=dict)
+    drafts: list[dict] = field(default_factory=list)
+    error: str = ""
+    notes: list[str] = field(default_factory=list)  # not errors: "stopped", "empty collection", ...
+    collection: str = ""
+    id: int | None = None
+
+    def payload(self) -> str:
+        return json.dumps({"citations": self.citations, "stats": self.stats, "drafts": self.drafts,
+                           "error": self.error, "notes": self.notes, "collection": self.collection}, ensure_ascii=False,
+                          default=str)
+
+
+@dataclass(frozen=True)
+class ChatInfo:
+    id: int
+    title: str
+    updated: float
+    n_turns: int
+
+
+def make_title(question: str) -> str:
+    """First line of the first question, shortened for the sidebar."""
+    line = " ".join(question.strip().split()) or "New chat"
+    return line if len(line) <= TITLE_CHARS else line[: TITLE_CHARS - 1] + "…"
+
+
+class ChatStore:
+    """Thread-safe (one lock) SQLite store of chats and turns."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(str(self.path), check_same_thread=False, timeout=30, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA foreign_keys=ON")
+        self._db.executescript(SCHEMA)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def new_chat(self, title: str) -> int:
+        now = time.time()
+        with self._lock:
+            cur = self._db.execute("INSERT INTO chats(title, created, updated) VALUES (?, ?, ?)",
+                                   (make_title(title), now, now))
+            return int(cur.lastrowid)
+
+    def add_turn(self, chat_id: int, turn: Turn) -> int:
+        now = time.time()
+        with self._lock:
+            cur = self._db.execute(
+                "INSERT INTO turns(chat_id, question, answer, mode, payload, created) VALUES (?, ?, ?, ?, ?, ?)",
+                (chat_id, turn.question, turn.answer, turn.mode, turn.payload(), now))
+            self._db.execute("UPDATE chats SET updated = ? WHERE id = ?", (now, chat_id))
+            turn.id = int(cur.lastrowid)
+            return turn.id
+
+    def pop_last_turn(self, chat_id: int) -> Turn | None:
+        """Remove and return the chat's last turn (regenerate)."""
+        turns = self.turns(chat_id)
+        if not turns:
+            return None
+        last = turns[-1]
+        with self._lock:
+            self._db.execute("DELETE FROM turns WHERE id = ?", (last.id,))
+        return last
+
+    def turns(self, chat_id: int | None) -> list[Turn]:
+        if chat_id is None:
+            return []
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT id, question, answer, mode, payload FROM turns WHERE chat_id = ? ORDER BY id",
+                (chat_id,)).fetchall()
+        out = []
+        for tid, question, answer, mode, payload in rows:
+            try:
+                extra = json.loads(payload)
+            except json.JSONDecodeError:
+                extra = {}
+            out.append(Turn(question=question, answer=answer, mode=mode, id=tid,
+                            citations=extra.get("citations") or [], stats=extra.get("stats") or {},
+                            drafts=extra.get("drafts") or [], error=extra.get("error") or "",
+                            notes=extra.get("notes") or [],
+                            collection=extra.get("collection") or ""))
+        return out
+
+    def list_chats(self) -> list[ChatInfo]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT c.id, c.title, c.updated, COUNT(t.id) FROM chats c LEFT JOIN turns t ON t.chat_id = c.id "
+                "GROUP BY c.id ORDER BY c.updated DESC, c.id DESC").fetchall()
+        return [ChatInfo(int(i), t, float(u), int(n)) for i, t, u, n in rows]
+
+    def exists(self, chat_id: int) -> bool:
+        with self._lock:
+            return self._db.execute("SELECT 1 FROM chats WHERE id = ?", (chat_id,)).fetchone() is not None
+
+    def delete_chat(self, chat_id: int) -> None:
+        with self._lock:
+            self._db.execute("DELETE FROM chats WHERE id = ?", (chat_id,))

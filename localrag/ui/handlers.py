@@ -1,0 +1,319 @@
+"""UI handlers as plain classes: chat (stream, stop, regenerate, history) and documents (ingest, list, remove).
+
+They return plain values (messages, Markdown, rows) that ``layout.py`` maps
+onto Gradio components, so tests drive them without a browser. Nothing here
+raises into the UI: every failure becomes a message the user can read.
+
+    chat = ChatController(services)
+    for view in chat.respond(None, "What is in the report?", Settings()):
+        print(view.messages[-1]["content"])
+    docs = DocsController(services)
+    for view in docs.ingest(["/tmp/upload/a.md"], "default"):
+        print(view.summary)
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from localrag.history import Turn, make_title
+from localrag.ui.render import (
+    accepted_per_step,
+    chat_messages,
+    citation_dict,
+    display_path,
+    draft_dict,
+    llm_history,
+)
+from localrag.ui.services import MODE_LABELS, Services, Settings
+from localrag.ui.uploads import UploadError, stage_uploads
+
+STREAM_EVERY_S = 0.05  # at most ~20 UI updates a second while streaming
+
+
+@dataclass
+class ChatView:
+    """Everything the chat area shows after one update."""
+
+    messages: list[dict]
+    chat_id: int | None
+    steps: list[int] = field(default_factory=list)
+    busy: bool = False
+    note: str = ""
+
+
+def history_choices(services: Services) -> list[tuple[str, int]]:
+    return [(c.title, c.id) for c in services.history.list_chats()]
+
+
+class ChatController:
+    def __init__(self, services: Services) -> None:
+        self.s = services
+
+    def load(self, chat_id: int | None) -> ChatView:
+        turns = self.s.history.turns(chat_id)
+        steps = accepted_per_step(turns[-1].stats) if turns else []
+        return ChatView(chat_messages(turns), chat_id, steps)
+
+    def stop(self) -> None:
+        self.s.stop_event.set()
+
+    def regenerate(self, chat_id: int | None, settings: Settings) -> Iterator[ChatView]:
+        last = self.s.history.pop_last_turn(chat_id) if chat_id is not None else None
+        if last is None:
+            yield ChatView(chat_messages(self.s.history.turns(chat_id)), chat_id, note="Nothing to regenerate.")
+            return
+        yield from self.respond(chat_id, last.question, settings)
+
+    def respond(self, chat_id: int | None, question: str, settings: Settings) -> Iterator[ChatView]:
+        """Stream one answer; the finished turn (or its error) is saved to the history."""
+        question = (question or "").strip()
+        if chat_id is not None and not self.s.history.exists(chat_id):
+            chat_id = None
+        previous = self.s.history.turns(chat_id)
+        if not question:
+            yield ChatView(chat_messages(previous), chat_id, note="Type a question first.")
+            return
+        if chat_id is None:
+            chat_id = self.s.history.new_chat(make_title(question))
+        turn = Turn(question=question, mode=settings.mode, collection=settings.collection)
+        shown = chat_messages(previous)
+
+        def view(busy: bool = True) -> ChatView:
+            return ChatView(shown + chat_messages([turn]), chat_id, accepted_per_step(turn.stats), busy)
+
+        yield view()
+        ok, why = self.s.mode_status(settings.mode)
+        if not ok:
+            turn.error = f"{MODE_LABELS.get(settings.mode, settings.mode)} is unavailable: {why}"
+            self.s.history.add_turn(chat_id, turn)
+            yield view(False)
+            return
+        self.s.stop_event.clear()
+        notes = turn.notes
+        try:
+            with self.s.lock:
+                self.s.ensure_embedder()
+                index = self.s.index(settings.collection)
+                if not index.list_documents():
+                    notes.append(f"Collection “{settings.collection}” has no documents yet; answered "
+                                 "without documents. Upload files under Documents.")
+                answerer, more = self.s.answerer(settings)
+                notes += more
+                last = 0.0
+                for item in answerer.stream(question, llm_history(previous), settings.mode,
+                                            settings.generation(), k=int(settings.k),
+                                            collection=settings.collection):
+                    if isinstance(item, str):
+                        turn.answer += item
+                        if self.s.stop_event.is_set():
+                            notes.append("Stopped.")
+                            break
+                        if time.perf_counter() - last >= STREAM_EVERY_S:
+                            last = time.perf_counter()
+                            yield view()
+                    else:
+                        self._finish(turn, item)
+        except Exception as exc:  # any failure becomes a message, never a traceback in the page
+            turn.error = f"{type(exc).__name__}: {exc}"
+        turn.answer = turn.answer.strip()
+        self.s.history.add_turn(chat_id, turn)
+        yield view(False)
+
+    @staticmethod
+    def _finish(turn: Turn, result) -> None:
+        turn.answer = str(getattr(result, "text", "") or turn.answer).strip()
+        turn.citations = [citation_dict(c) for c in (getattr(result, "citations", None) or [])]
+        turn.drafts = [draft_dict(d) for d in (getattr(result, "drafts", None) or [])]
+        stats = dict(getattr(result, "stats", None) or {})
+        searched = getattr(result, "searched", "")
+        if searched:
+            stats.setdefault("searched", searched)
+        turn.stats = stats
+
+
+@dataclass
+class DocsView:
+    rows: list[list]  # per-file results of the running ingest: name, status, chunks, reason
+    summary: str
+    done: bool = False
+
+
+class DocsController:
+    def __init__(self, services: Services) -> None:
+        self.s = services
+
+    def documents(self, collection: str) -> list[list]:
+        """The document list: name, chunks, status, reason."""
+        try:
+            docs = self.s.index(collection).list_documents()
+        except Exception as exc:
+            return [[f"error: {exc}", 0, "error", ""]]
+        up = self.s.uploads_dir
+        return [[display_path(d.path, up), d.chunks, d.status, d.reason] for d in docs]
+
+    def document_choices(self, collection: str) -> list[tuple[str, str]]:
+        try:
+            docs = self.s.index(collection).list_documents()
+        except Exception:
+            return []
+        return [(display_path(d.path, self.s.uploads_dir), d.path) for d in docs]
+
+    def collections(self) -> list[str]:
+        try:
+            return self.s.collections()
+        except Exception:
+            return [Settings().collection]
+
+    def check_collection(self, name: str) -> str:
+        """'' when usable, else why not (names are letters, digits, '-' and '_')."""
+        from localrag.rag.config import IndexConfig
+
+        try:
+            IndexConfig(index_dir=self.s.config.index_dir, collection=(name or "").strip())
+        except ValueError as exc:
+            return str(exc)
+        return ""
+
+    def remove(self, collection: str, path: str) -> str:
+        if not path:
+            return "Pick a document to remove."
+        try:
+            n = self.s.index(collection).remove(path)
+        except Exception as exc:
+            return f"❌ Could not remove {Path(path).name}: {exc}"
+        target = Path(path)
+        if target.is_file() and str(target.resolve()).startswith(str(self.s.uploads_dir.resolve())):
+            target.unlink()  # our own staged copy; never the user's files elsewhere
+        return f"Removed {display_path(path, self.s.uploads_dir)}." if n else f"{Path(path).name} was not indexed."
+
+    def ingest(self, uploads: Sequence[str] | None, collection: str,
+               names: Sequence[str] | None = None) -> Iterator[DocsView]:
+        """Stage uploads under the data directory and ingest them, yielding per-file progress."""
+        paths = [str(p) for p in (uploads or []) if p]
+        if not paths:
+            yield DocsView([], "Drop files or a folder first.", True)
+            return
+        why = self.check_collection(collection)
+        if why:
+            yield DocsView([], f"❌ {why}", True)
+            return
+        try:
+            staged = stage_uploads(paths, self.s.uploads_dir / collection, names)
+        except (UploadError, OSError) as exc:
+            yield DocsView([], f"❌ {exc}", True)
+            return
+        shown = {str(p.resolve()): name for name, p in staged}
+        rows: dict[str, list] = {key: [name, "queued", 0, ""] for key, name in shown.items()}
+        yield DocsView(list(rows.values()), f"Staged {len(staged)} file(s); loading the embedding model…")
+        events: queue.Queue = queue.Queue()
+        result: dict = {}
+
+        def work() -> None:
+            try:
+                self.s.ensure_embedder()
+                result["report"] = self.s.index(collection).ingest([p for _, p in staged], progress=events.put)
+            except Exception as exc:
+                result["error"] = f"{type(exc).__name__}: {exc}"
+            finally:
+                events.put(None)
+
+        threading.Thread(target=work, name="localrag-ingest", daemon=True).start()
+        total, index = len(staged), 0
+        while True:
+            ev = events.get()
+            if ev is None:
+                break
+            key = ev.path
+            if key and key not in rows:
+                rows[key] = [display_path(key, self.s.uploads_dir), "queued", 0, ""]
+            if ev.kind == "start":
+                total = ev.total
+            elif ev.kind == "file_start":
+                index = ev.index
+                rows[key][1] = "reading…"
+            elif ev.kind == "chunks":
+                rows[key][1], rows[key][2] = "embedding…", ev.chunks
+            elif ev.kind == "file_done":
+                rows[key][1:] = [ev.status, ev.chunks, ev.reason]
+            if ev.kind != "done":
+                yield DocsView(list(rows.values()), f"Ingesting file {index} of {total}…")
+        if "error" in result:
+            yield DocsView(list(rows.values()), f"❌ Ingest failed: {result['error']}", True)
+            return
+        r = result["report"]
+        parts = [f"{r.added} added", f"{r.skipped} skipped (unchanged)", f"{r.replaced} replaced",
+                 f"{len(r.failed)} failed", f"{r.chunks} chunks", f"{r.seconds:.1f} s"]
+        icon = "⚠️" if r.failed else "✅"
+        yield DocsView(list(rows.values()), f"{icon} Done: " + ", ".join(parts), True)
+
+
+class SettingsController:
+    """Mode availability, model and draft pickers fed by the registry, model loading."""
+
+    def __init__(self, services: Services) -> None:
+        self.s = services
+
+    def mode_note(self, mode: str, draft: str = "") -> str:
+        lines = []
+        for key, label in MODE_LABELS.items():
+            ok, why = self.s.mode_status(key)
+            mark = "✅" if ok else "⛔"
+            lines.append(f"- {mark} **{label}**" + ("" if ok else f" — unavailable: {why}"))
+        ok, why = self.s.mode_status(mode)
+        head = (f"Mode **{MODE_LABELS.get(mode, mode)}** is ready." if ok
+                else f"⛔ **{MODE_LABELS.get(mode, mode)} is unavailable**: {why}")
+        if ok and mode == "rasd" and draft:
+            note = self.draft_note(draft)
+            if note:
+                head += f"\n\n{note}"
+        return head + "\n\n" + "\n".join(lines)
+
+    def models(self) -> tuple[list[str], list[str]]:
+        """(usable model names, 'name: why' for unusable ones) from the registry."""
+        from localrag.models import ModelError, list_models
+
+        usable, bad = [], []
+        try:
+            found = list_models()
+        except Exception as exc:
+            return [], [f"registry failed: {exc}"]
+        for m in found:
+            if isinstance(m, ModelError):
+                bad.append(str(m))
+            else:
+                usable.append(m.name)
+        return usable, bad
+
+    def _vocab(self, name: str) -> int | None:
+        from localrag.models import inspect_gguf, resolve
+
+        spec = resolve(name)
+        return inspect_gguf(spec.path).vocab_size if spec.format == "gguf" else None
+
+    def draft_note(self, draft: str) -> str:
+        """Why a draft model cannot serve the loaded target ('' when it can or none is chosen)."""
+        from localrag.ui.services import NO_DRAFT
+
+        if not draft or draft == NO_DRAFT or self.s.engine is None:
+            return ""
+        try:
+            dv, tv = self._vocab(draft), self._vocab(self.s.model_config.model)
+        except Exception as exc:
+            return f"⚠️ Draft **{draft}** is unusable: {exc}"
+        if dv is not None and tv is not None and dv != tv:
+            return (f"⚠️ Draft **{draft}** is unusable with **{self.s.engine.model_name}**: different "
+                    f"vocabularies ({dv} vs {tv} tokens). Speedup will speculate from retrieval only.")
+        if draft == self.s.model_config.model:
+            return f"ℹ️ Draft **{draft}** is the target model itself: correct, but no faster."
+        return f"Draft **{draft}** shares the target's vocabulary ({dv} tokens)."
+
+    def load_model(self, name: str, gpu_layers: int) -> str:
+        if not name:
+            return "Pick a model first."
+        return self.s.swap_model(name, gpu_layers)

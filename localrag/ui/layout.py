@@ -1,0 +1,181 @@
+"""The Gradio page: layout and event wiring only; all logic lives in ``handlers``.
+
+    demo = build_app(services)
+    demo.queue().launch(server_name="127.0.0.1", server_port=7860)
+
+Left sidebar: saved chats (SQLite). Middle: the chat, question box, Stop /
+Regenerate, accepted-tokens-per-step plot. Right: Documents (collection, drop
+zone for files or a folder, per-file ingest progress, document list, remove)
+and Settings (mode toggle with availability, retrieval k, temperature, max
+tokens, model / draft / GPU layers).
+"""
+
+from __future__ import annotations
+
+import gradio as gr
+import pandas as pd
+
+from localrag.ui.handlers import (
+    ChatController,
+    ChatView,
+    DocsController,
+    SettingsController,
+    history_choices,
+)
+from localrag.ui.services import MODE_LABELS, NO_DRAFT, Services, Settings
+
+CSS = """
+#chatbot { min-height: 520px; }
+#stats-plot { max-height: 220px; }
+.small-note { font-size: 0.9em; opacity: 0.85; }
+"""
+THEME = gr.themes.Soft(primary_hue="indigo")
+
+
+def build_app(services: Services) -> gr.Blocks:
+    chat, docs, conf = ChatController(services), DocsController(services), SettingsController(services)
+    usable, unusable = conf.models()
+    model_choices = usable or [services.model_config.model]
+
+    def settings_of(mode, collection, draft, temperature, max_tokens, k) -> Settings:
+        return Settings(mode=mode or "plain", collection=(collection or "default").strip(),
+                        draft_model=draft or NO_DRAFT, temperature=float(temperature or 0),
+                        max_tokens=int(max_tokens or 256), k=int(k or 5))
+
+    def plot_update(steps: list[int]):
+        if not steps:
+            return gr.update(visible=False)
+        df = pd.DataFrame({"step": list(range(1, len(steps) + 1)), "accepted": steps})
+        return gr.update(value=df, visible=True)
+
+    def chat_outputs(v: ChatView, sidebar: bool = True):
+        if v.note:
+            gr.Info(v.note)
+        hist = gr.update(choices=history_choices(services), value=v.chat_id) if sidebar else gr.skip()
+        return v.messages, v.chat_id, plot_update(v.steps), hist
+
+    with gr.Blocks(title="localrag") as demo:
+        chat_id = gr.State(None)
+        with gr.Sidebar(label="Chats", open=True, elem_id="sidebar"):
+            gr.Markdown("### 💬 Chats")
+            new_btn = gr.Button("➕ New chat", elem_id="new-chat")
+            history = gr.Radio(choices=history_choices(services), label="History", elem_id="history",
+                               interactive=True)
+        with gr.Row(equal_height=False):
+            with gr.Column(scale=3):
+                gr.Markdown("## 🔒 localrag — chat with your files, locally")
+                model_status = gr.Markdown(services.model_status(), elem_id="model-status")
+                chatbot = gr.Chatbot(elem_id="chatbot", height=560, render_markdown=True, buttons=["copy"],
+                                     label="Chat", placeholder="Drop documents on the right, then ask.")
+                with gr.Row():
+                    question = gr.Textbox(placeholder="Ask about your documents…", show_label=False,
+                                          scale=6, elem_id="question", autofocus=True, lines=1)
+                    send = gr.Button("Send", variant="primary", scale=1, elem_id="send")
+                with gr.Row():
+                    stop = gr.Button("⏹ Stop", size="sm", elem_id="stop")
+                    regen = gr.Button("🔄 Regenerate", size="sm", elem_id="regenerate")
+                plot = gr.BarPlot(x="step", y="accepted", title="Accepted tokens per step (last answer)",
+                                  height=200, visible=False, elem_id="stats-plot")
+            with gr.Column(scale=2):
+                with gr.Tab("📄 Documents"):
+                    collection = gr.Dropdown(choices=docs.collections(), value="default",
+                                             allow_custom_value=True, label="Collection", elem_id="collection",
+                                             info="Type a new name to start a new collection.")
+                    files = gr.File(file_count="multiple", label="Drop files here", elem_id="upload-files")
+                    folder = gr.File(file_count="directory", label="…or a folder", elem_id="upload-folder")
+                    ingest_summary = gr.Markdown(elem_id="ingest-summary")
+                    ingest_table = gr.Dataframe(headers=["file", "status", "chunks", "reason"], visible=False,
+                                                elem_id="ingest-table", interactive=False, wrap=True)
+                    doc_list = gr.Dataframe(headers=["document", "chunks", "status", "reason"],
+                                            value=docs.documents("default"), label="Documents in collection",
+                                            elem_id="doc-list", interactive=False, wrap=True)
+                    with gr.Row():
+                        remove_pick = gr.Dropdown(choices=docs.document_choices("default"), label="Remove",
+                                                  elem_id="remove-pick", scale=3)
+                        remove_btn = gr.Button("🗑 Remove", size="sm", scale=1, elem_id="remove")
+                    remove_note = gr.Markdown()
+                with gr.Tab("⚙️ Mode & model"):
+                    mode = gr.Radio(choices=[(v, k) for k, v in MODE_LABELS.items()], value="plain",
+                                    label="Mode", elem_id="mode")
+                    mode_note = gr.Markdown(conf.mode_note("plain"), elem_id="mode-note")
+                    k = gr.Slider(1, 20, value=5, step=1, label="Retrieval k (chunks)")
+                    temperature = gr.Slider(0.0, 1.5, value=0.0, step=0.05, label="Temperature (0 = greedy)")
+                    max_tokens = gr.Slider(16, 2048, value=256, step=16, label="Max tokens")
+                    model = gr.Dropdown(choices=model_choices, value=services.model_config.model
+                                        if services.model_config.model in model_choices else None,
+                                        allow_custom_value=True, label="Model (name or .gguf path)")
+                    gpu_layers = gr.Number(value=services.model_config.n_gpu_layers, precision=0,
+                                           label="GPU layers (-1 = all, 0 = CPU)")
+                    load_btn = gr.Button("Load model", size="sm")
+                    draft = gr.Dropdown(choices=[NO_DRAFT, *usable], value=NO_DRAFT, label="Draft model (Speedup)",
+                                        elem_id="draft")
+                    draft_note = gr.Markdown(elem_id="draft-note")
+                    if unusable:
+                        gr.Markdown("**Unusable models:**\n" + "\n".join(f"- {u}" for u in unusable),
+                                    elem_classes="small-note")
+
+        settings_inputs = [mode, collection, draft, temperature, max_tokens, k]
+
+        # ---------------------------------------------------------------- chat
+        def respond(cid, text, *conf_values):
+            for i, view in enumerate(chat.respond(cid, text, settings_of(*conf_values))):
+                yield (*chat_outputs(view, sidebar=i == 0 or not view.busy), "")
+
+        def regenerate(cid, *conf_values):
+            for i, view in enumerate(chat.regenerate(cid, settings_of(*conf_values))):
+                yield chat_outputs(view, sidebar=i == 0 or not view.busy)
+
+        chat_outs = [chatbot, chat_id, plot, history]
+        for trigger in (question.submit, send.click):
+            trigger(respond, [chat_id, question, *settings_inputs], [*chat_outs, question])
+        regen.click(regenerate, [chat_id, *settings_inputs], chat_outs)
+        stop.click(chat.stop, None, None, queue=False)
+        new_btn.click(lambda: ([], None, gr.update(visible=False), gr.update(value=None)), None, chat_outs)
+        history.input(lambda cid: chat_outputs(chat.load(cid)), [history], chat_outs)
+
+        # ---------------------------------------------------------------- documents
+        def refresh_docs(coll):
+            return docs.documents(coll), gr.update(choices=docs.document_choices(coll), value=None)
+
+        def ingest(paths, coll):
+            coll = (coll or "default").strip()
+            for v in docs.ingest(paths, coll):
+                table = gr.update(value=v.rows, visible=bool(v.rows))
+                if v.done:
+                    yield (v.summary, table, *refresh_docs(coll),
+                           gr.update(choices=docs.collections(), value=coll), None)
+                else:
+                    yield v.summary, table, gr.skip(), gr.skip(), gr.skip(), gr.skip()
+
+        for box in (files, folder):
+            box.upload(ingest, [box, collection], [ingest_summary, ingest_table, doc_list, remove_pick,
+                                                   collection, box])
+
+        def pick_collection(coll):
+            why = docs.check_collection(coll)
+            return (f"❌ {why}" if why else "", *refresh_docs(coll))
+
+        collection.change(pick_collection, [collection], [ingest_summary, doc_list, remove_pick])
+
+        def remove(coll, path):
+            return (docs.remove(coll, path), *refresh_docs(coll))
+
+        remove_btn.click(remove, [collection, remove_pick], [remove_note, doc_list, remove_pick])
+
+        # ---------------------------------------------------------------- settings
+        mode.change(conf.mode_note, [mode, draft], [mode_note])
+        draft.change(lambda d, m: (conf.draft_note(d), conf.mode_note(m, d)), [draft, mode], [draft_note, mode_note])
+
+        def load_model(name, layers, m, d):
+            gr.Info(f"Loading {name}…")
+            msg = conf.load_model(name, int(layers or 0))
+            return f"{msg}  \n{services.model_status()}", conf.mode_note(m, d)
+
+        load_btn.click(load_model, [model, gpu_layers, mode, draft], [model_status, mode_note])
+
+        def on_load(coll):
+            return (gr.update(choices=history_choices(services)), *refresh_docs(coll or "default"),
+                    services.model_status())
+
+        demo.load(on_load, [collection], [history, doc_list, remove_pick, model_status])
+    return demo

@@ -1,0 +1,247 @@
+"""Chat, document and settings handlers, driven without Gradio over fake models and index."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from localrag.models import ModelError
+from localrag.ui import services as services_mod
+from localrag.ui.handlers import ChatController, DocsController, SettingsController, history_choices
+from localrag.ui.render import accepted_per_step, stats_line
+from localrag.ui.services import Settings
+
+
+def run(gen):
+    views = list(gen)
+    assert views, "a handler must always yield at least once"
+    return views
+
+
+@pytest.fixture
+def all_modes(monkeypatch):
+    """Pretend the RASD and Speculative RAG modules are installed."""
+    monkeypatch.setattr(services_mod, "_import", lambda module, name: (object(), ""))
+
+
+def texts(messages):
+    return [m["content"] for m in messages]
+
+
+def titles(messages):
+    return [m.get("metadata", {}).get("title", "") for m in messages]
+
+
+def test_respond_streams_then_saves_with_citation_and_stats(make_services):
+    s = make_services()
+    s.index("default").docs["/x/zephyr.md"] = 3
+    views = run(ChatController(s).respond(None, "Who polished the mirror?", Settings()))
+    # streamed: the answer grows piece by piece before the final view
+    answers = [v.messages[1]["content"] for v in views]
+    assert answers[0] == "…" and any(a.startswith("Marta") and a != answers[-1] for a in answers[:-1])
+    final = views[-1]
+    assert not final.busy and final.chat_id is not None
+    assert final.messages[0] == {"role": "user", "content": "Who polished the mirror?"}
+    assert final.messages[1]["content"] == "Marta Ilves polished it."
+    assert "📚 Sources (1)" in titles(final.messages)
+    child = next(m for m in final.messages if m.get("metadata", {}).get("parent_id"))
+    assert "zephyr.md lines 3-4" in child["metadata"]["title"] and "Marta Ilves" in child["content"]
+    assert "Plain · 42.0 tok/s · 1 token/step · 1.00× (plain baseline)" in final.messages[-1]["content"]
+    assert [t.answer for t in s.history.turns(final.chat_id)] == ["Marta Ilves polished it."]
+
+
+def test_history_survives_restart(make_services):
+    first = make_services()
+    first.index("default").docs["/x/zephyr.md"] = 3
+    view = run(ChatController(first).respond(None, "Who polished the mirror?", Settings()))[-1]
+    first.history.close()
+    second = make_services()  # same data dir: a restarted app
+    assert history_choices(second) == [("Who polished the mirror?", view.chat_id)]
+    loaded = ChatController(second).load(view.chat_id)
+    assert texts(loaded.messages)[:2] == ["Who polished the mirror?", "Marta Ilves polished it."]
+
+
+def test_follow_up_sends_history_and_new_chat_is_separate(make_services, fake_answerer):
+    s = make_services()
+    chat = ChatController(s)
+    cid = run(chat.respond(None, "first?", Settings()))[-1].chat_id
+    run(chat.respond(cid, "second?", Settings(k=7, max_tokens=64, temperature=0.5)))
+    question, history, mode, gen, k, _ = fake_answerer.last_call
+    assert question == "second?" and mode == "plain" and k == 7
+    assert gen.max_tokens == 64 and gen.temperature == 0.5
+    assert history == [{"role": "user", "content": "first?"}, {"role": "assistant", "content": "Marta Ilves polished it."}]
+    other = run(chat.respond(None, "unrelated", Settings()))[-1].chat_id
+    assert other != cid and len(s.history.list_chats()) == 2
+
+
+def test_unavailable_mode_is_explained_not_raised(make_services, monkeypatch):
+    monkeypatch.setattr(services_mod, "_import", lambda module, name: (None, f"{module}.{name} is not in this build"))
+    s = make_services()
+    final = run(ChatController(s).respond(None, "q", Settings(mode="rasd")))[-1]
+    assert "Speedup (RASD) is unavailable" in final.messages[1]["content"]
+    note = SettingsController(s).mode_note("specrag")
+    assert "Grounded (Speculative RAG) is unavailable" in note and "✅ **Plain**" in note
+
+
+def test_no_model_loaded_is_a_message(make_services):
+    s = make_services(engine=None, engine_error="x.gguf: not a GGUF file")
+    final = run(ChatController(s).respond(None, "q", Settings()))[-1]
+    assert "not a GGUF file" in final.messages[1]["content"] and not final.busy
+    assert "No model loaded" in s.model_status()
+
+
+def test_answer_errors_become_messages(make_services, fake_answerer):
+    fake_answerer.fail = RuntimeError("llama_decode failed")
+    s = make_services()
+    final = run(ChatController(s).respond(None, "q", Settings()))[-1]
+    assert "RuntimeError: llama_decode failed" in final.messages[1]["content"]
+    assert s.history.turns(final.chat_id)[0].error  # saved, visible after restart too
+
+
+def test_empty_collection_is_flagged(make_services):
+    s = make_services()
+    final = run(ChatController(s).respond(None, "q", Settings(collection="empty")))[-1]
+    assert "has no documents yet" in final.messages[1]["content"]
+
+
+def test_empty_question_and_bad_chat_id(make_services):
+    s = make_services()
+    views = run(ChatController(s).respond(12345, "   ", Settings()))
+    assert views[-1].note and views[-1].messages == [] and s.history.list_chats() == []
+
+
+def test_stop_keeps_partial_answer(make_services, fake_answerer):
+    s = make_services()
+    chat = ChatController(s)
+    fake_answerer.on_piece = lambda i: chat.stop() if i == 1 else None
+    final = run(chat.respond(None, "q", Settings()))[-1]
+    assert final.messages[1]["content"].startswith("Marta Ilves polished") and "Stopped." in final.messages[1]["content"]
+    assert s.history.turns(final.chat_id)[0].answer == "Marta Ilves polished"
+    fake_answerer.on_piece = None
+    again = run(chat.respond(final.chat_id, "q2", Settings()))[-1]  # a later answer is not stopped
+    assert "⚡" in again.messages[-1]["content"] and "Stopped." not in again.messages[-4]["content"]
+
+
+def test_regenerate_replaces_last_turn(make_services, fake_answerer):
+    s = make_services()
+    chat = ChatController(s)
+    cid = run(chat.respond(None, "q", Settings()))[-1].chat_id
+    fake_answerer.pieces = ["Another ", "answer."]
+    try:
+        final = run(chat.regenerate(cid, Settings()))[-1]
+    finally:
+        fake_answerer.pieces = ["Marta ", "Ilves ", "polished ", "it."]
+    assert [t.answer for t in s.history.turns(cid)] == ["Another answer."]
+    assert final.messages[1]["content"] == "Another answer."
+    assert run(chat.regenerate(None, Settings()))[-1].note == "Nothing to regenerate."
+
+
+def test_speedup_mode_stats_and_plot(make_services, all_modes):
+    s = make_services()
+    final = run(ChatController(s).respond(None, "q", Settings(mode="rasd")))[-1]
+    line = final.messages[-1]["content"]
+    assert line.startswith("<small>⚡ Speedup (RASD)") and "2.50 accepted tokens/step" in line and "1.80× vs plain" in line
+    assert final.steps == [1, 3, 4, 2]
+
+
+def test_grounded_mode_shows_drafts_with_scores(make_services, all_modes, monkeypatch):
+    s = make_services()
+    loaded = []
+    monkeypatch.setattr(s, "load_engine", lambda cfg: loaded.append(cfg.model) or object())
+    final = run(ChatController(s).respond(None, "q", Settings(mode="specrag")))[-1]
+    assert loaded == ["gemma3-270m"]  # the bundled verifier
+    drafts = next(m for m in final.messages if m.get("metadata", {}).get("title", "").startswith("🧪 Drafts (2)"))
+    assert "chosen #1" in drafts["metadata"]["title"]
+    assert "| 1 ✅ | -1.100 | -3.200 | -4.100 | -0.200 | Marta Ilves |" in drafts["content"]
+    assert drafts["metadata"]["status"] == "done"  # collapsed: shown on demand
+
+
+def test_unusable_draft_is_reported(make_services, all_modes):
+    def bad_draft(backend, name):
+        raise ModelError(f"{name}: vocabulary differs from the target")
+
+    s = make_services(draft_loader=bad_draft)
+    s.engine.backend = None
+    final = run(ChatController(s).respond(None, "q", Settings(mode="rasd", draft_model="gemma3-270m")))[-1]
+    assert "draft model gemma3-270m is unusable" in final.messages[1]["content"]
+    assert "⚡ Speedup" in final.messages[-1]["content"]  # still answered, retrieval-only
+
+
+def test_draft_vocabulary_check_with_real_registry(make_services):
+    s = make_services()
+    note = SettingsController(s).draft_note("gemma3-270m")
+    assert "unusable" in note and "different vocabularies" in note
+    assert SettingsController(s).draft_note("smollm2-135m-instruct").startswith("ℹ️")
+    usable, _ = SettingsController(s).models()
+    assert {"smollm2-135m-instruct", "gemma3-270m"} <= set(usable)
+
+
+def test_model_swap_failure_keeps_current(make_services, tmp_path):
+    s = make_services()
+    old = s.engine
+    bad = tmp_path / "broken.gguf"
+    bad.write_bytes(b"NOPE" * 10)
+    msg = SettingsController(s).load_model(str(bad), 0)
+    assert msg.startswith("❌") and "not a GGUF file" in msg and s.engine is old
+
+
+def test_ingest_progress_results_and_sanitized_names(make_services, tmp_path):
+    s = make_services()
+    up = tmp_path / "browser"
+    up.mkdir()
+    for name in ("a.md", "b.txt", "corrupt.pdf"):
+        (up / name).write_text("x")
+    docs = DocsController(s)
+    views = run(docs.ingest([up / "a.md", up / "b.txt", up / "corrupt.pdf"], "default",
+                            names=["../../evil.md", "b.txt", "corrupt.pdf"]))
+    assert any("Ingesting file" in v.summary for v in views[:-1])
+    final = views[-1]
+    assert final.done and "1 failed" in final.summary and "2 added" in final.summary
+    rows = {r[0]: r for r in final.rows}
+    assert rows["evil.md"][1] == "added" and rows["b.txt"][2] == 3
+    assert rows["corrupt.pdf"][1] == "failed" and "bad header" in rows["corrupt.pdf"][3]
+    uploads = (tmp_path / "data" / "uploads" / "default").resolve()
+    for p in make_services.indexes["default"].ingested:
+        assert Path(p).resolve().parent == uploads
+    assert not (tmp_path / "evil.md").exists()
+    # the document list shows names within the collection, with chunk counts
+    listed = docs.documents("default")
+    assert ["b.txt", 3, "indexed", ""] in listed and ["evil.md", 3, "indexed", ""] in listed
+    # same file again: skipped
+    again = run(docs.ingest([up / "b.txt"], "default"))[-1]
+    assert "1 skipped" in again.summary
+
+
+def test_ingest_errors_are_messages(make_services, tmp_path):
+    docs = DocsController(make_services())
+    assert run(docs.ingest([], "default"))[-1].summary == "Drop files or a folder first."
+    assert "letters, digits" in run(docs.ingest([tmp_path], "bad name!"))[-1].summary
+    assert "missing or not a file" in run(docs.ingest([tmp_path / "gone.txt"], "default"))[-1].summary
+
+
+def test_remove_document_deletes_staged_copy(make_services, tmp_path):
+    s = make_services()
+    docs = DocsController(s)
+    src = tmp_path / "a.md"
+    src.write_text("x")
+    run(docs.ingest([src], "work"))
+    staged = (tmp_path / "data" / "uploads" / "work" / "a.md").resolve()
+    assert staged.exists() and docs.document_choices("work") == [("a.md", str(staged))]
+    assert docs.remove("work", str(staged)) == "Removed a.md."
+    assert not staged.exists() and docs.documents("work") == [] and src.exists()
+    assert docs.remove("work", "") == "Pick a document to remove."
+
+
+def test_stats_line_variants():
+    assert stats_line("plain", {}) == "⚡ Plain"
+    line = stats_line("rasd", {"generation": {"decode_tps": 10, "extra": {"mean_accepted": 3.0}}, "speedup": 2})
+    assert line == "⚡ Speedup (RASD) · 10.0 tok/s · 3.00 accepted tokens/step · 2.00× vs plain (est.)"
+    assert accepted_per_step({"generation": {"extra": {"accepted_per_step": [1, 2]}}}) == [1, 2]
+
+
+def test_chunk_text_is_shown_literally():
+    from localrag.ui.render import literal_markdown
+
+    out = literal_markdown("# Title\n- item\n12. step\n<script>x</script>")
+    assert out.splitlines() == ["\\# Title  ", "\\- item  ", "12\\. step  ", "&lt;script&gt;x&lt;/script&gt;"]

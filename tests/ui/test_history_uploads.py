@@ -1,0 +1,93 @@
+"""The SQLite chat store and upload staging (names that try to escape the data directory)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from localrag.history import ChatStore, Turn, make_title
+from localrag.ui.uploads import UploadError, inside, safe_name, stage_uploads
+
+
+def test_history_survives_reopen(tmp_path):
+    store = ChatStore(tmp_path / "h.sqlite")
+    a = store.new_chat("First question about the telescope")
+    store.add_turn(a, Turn("q1", "a1", "plain", citations=[{"file": "x.md", "label": "x.md line 1"}],
+                           stats={"total_s": 1.0}))
+    b = store.new_chat("Second")
+    store.add_turn(b, Turn("q2", "a2", "rasd"))
+    store.add_turn(a, Turn("q3", "a3", "specrag", drafts=[{"answer": "d", "score": -1.0}]))
+    store.close()
+
+    again = ChatStore(tmp_path / "h.sqlite")
+    chats = again.list_chats()
+    assert [c.id for c in chats] == [a, b]  # most recently updated first
+    assert chats[0].title == "First question about the telescope" and chats[0].n_turns == 2
+    turns = again.turns(a)
+    assert [t.question for t in turns] == ["q1", "q3"]
+    assert turns[0].citations[0]["label"] == "x.md line 1" and turns[0].stats == {"total_s": 1.0}
+    assert turns[1].drafts[0]["score"] == -1.0 and turns[1].mode == "specrag"
+    assert again.pop_last_turn(a).question == "q3"
+    assert [t.question for t in again.turns(a)] == ["q1"]
+    again.delete_chat(b)
+    assert not again.exists(b) and again.turns(b) == []
+    again.close()
+
+
+def test_titles_are_one_short_line():
+    assert make_title("  what\n is   this?  ") == "what is this?"
+    assert len(make_title("x" * 500)) == 60
+    assert make_title("   ") == "New chat"
+
+
+@pytest.mark.parametrize("name, expected", [
+    ("../../evil.txt", "evil.txt"),
+    ("..\\..\\evil.txt", "evil.txt"),
+    ("/etc/passwd", "passwd"),
+    ("..", "upload"),
+    ("...", "upload"),
+    (".bashrc", "bashrc"),
+    ("a\x00b\n.md", "ab.md"),
+    ("report 2024 (final).pdf", "report 2024 (final).pdf"),
+    ("notes..md", "notes.md"),
+    ("résumé.docx", "résumé.docx"),
+    ("a/b/../c.md", "c.md"),
+])
+def test_safe_name(name, expected):
+    assert safe_name(name) == expected
+
+
+def test_safe_name_is_bounded_and_keeps_extension():
+    name = safe_name("x" * 400 + ".pdf")
+    assert len(name) <= 120 and name.endswith(".pdf")
+
+
+def test_stage_uploads_cannot_escape(tmp_path):
+    src = tmp_path / "tmpupload"
+    src.mkdir()
+    (src / "a.txt").write_text("hello")
+    target = tmp_path / "data" / "uploads" / "default"
+    staged = stage_uploads([src / "a.txt", src / "a.txt", src / "a.txt"], target,
+                           names=["../../evil.txt", "../evil.txt", "/abs/evil.txt"])
+    assert [n for n, _ in staged] == ["evil.txt", "evil (2).txt", "evil (3).txt"]
+    for _, path in staged:
+        assert inside(path, target) and path.read_text() == "hello"
+    assert not (tmp_path / "evil.txt").exists() and not (tmp_path / "data" / "evil.txt").exists()
+    assert sorted(p.name for p in target.iterdir()) == ["evil (2).txt", "evil (3).txt", "evil.txt"]
+
+
+def test_stage_refuses_symlink_target_and_missing_source(tmp_path):
+    target = tmp_path / "up"
+    target.mkdir()
+    outside = tmp_path / "outside.txt"
+    outside.write_text("keep me")
+    (target / "link.txt").symlink_to(outside)
+    src = tmp_path / "src.txt"
+    src.write_text("new")
+    with pytest.raises(UploadError, match="outside"):
+        stage_uploads([src], target, names=["link.txt"])
+    assert outside.read_text() == "keep me"
+    with pytest.raises(UploadError, match="missing"):
+        stage_uploads([tmp_path / "nope.txt"], target)
+    assert isinstance(Path(target), Path)
