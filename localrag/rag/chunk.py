@@ -1,0 +1,201 @@
+"""Token-aware chunking over parser units, counted with the embedding model's own tokenizer.
+
+Units (lines/paragraphs from :mod:`localrag.rag.parse`) are packed greedily up
+to ``max_tokens`` word pieces. Rules, in order:
+
+* a heading, or a new PDF page, starts a new chunk (chunks never straddle
+  sections or pages, so a citation points at one place);
+* when a chunk is full it is cut at the last paragraph / code-block start in
+  its second half if there is one, else at a line boundary; a single unit
+  longer than a chunk is split between words;
+* the next chunk repeats the last ``overlap`` tokens of the previous one
+  (whole lines where possible), except across a heading or page.
+
+Everything streams: memory is bounded by one chunk, whatever the file size.
+
+    from localrag.rag.chunk import Chunker, TokenCounter
+    chunker = Chunker(TokenCounter.from_model_dir(path), max_tokens=200, overlap=32)
+    for chunk in chunker.chunks(parse_file("notes.md")):
+        print(chunk.n_tokens, chunk.line_start, chunk.text[:40])
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from localrag.rag.parse import Unit
+
+TOKENIZE_BATCH = 512
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """A piece of a document ready to embed, with its anchors for citations."""
+
+    text: str
+    n_tokens: int
+    page: int | None
+    line_start: int | None
+    line_end: int | None
+    heading_path: tuple[str, ...]
+
+
+class TokenCounter:
+    """The embedding model's fast tokenizer, without special tokens, truncation or padding."""
+
+    def __init__(self, tokenizer) -> None:
+        self._tok = tokenizer
+        self._tok.no_truncation()
+        self._tok.no_padding()
+
+    @classmethod
+    def from_model_dir(cls, model_dir: str | Path) -> TokenCounter:
+        from tokenizers import Tokenizer
+
+        return cls(Tokenizer.from_file(str(Path(model_dir) / "tokenizer.json")))
+
+    def count(self, texts: list[str]) -> list[int]:
+        return [len(e.ids) for e in self._tok.encode_batch(texts, add_special_tokens=False)]
+
+    def split(self, text: str, max_tokens: int) -> list[str]:
+        """Cut ``text`` between words into pieces of at most ``max_tokens`` tokens."""
+        enc = self._tok.encode(text, add_special_tokens=False)
+        pieces: list[str] = []
+        start_tok = 0
+        n = len(enc.ids)
+        while start_tok < n:
+            end_tok = min(n, start_tok + max_tokens)
+            if end_tok < n:
+                # Never cut inside a word: back up to a token that starts one ("##" marks continuation).
+                cut = end_tok
+                while cut > start_tok + 1 and enc.tokens[cut].startswith("##"):
+                    cut -= 1
+                end_tok = cut
+            begin = enc.offsets[start_tok][0]
+            end = enc.offsets[end_tok][0] if end_tok < n else len(text)
+            piece = text[begin:end].strip()
+            if piece:
+                pieces.append(piece)
+            start_tok = end_tok
+        return pieces
+
+
+class Chunker:
+    """Packs units into chunks of at most ``max_tokens`` with ``overlap`` tokens carried over."""
+
+    def __init__(self, counter: TokenCounter, max_tokens: int = 200, overlap: int = 32) -> None:
+        if overlap >= max_tokens // 2:
+            raise ValueError("overlap must be less than half of max_tokens")
+        self.counter = counter
+        self.max_tokens = max_tokens
+        self.overlap = overlap
+
+    def chunks(self, units: Iterable[Unit]) -> Iterator[Chunk]:
+        packer = _Packer(self)
+        it = iter(units)
+        while batch := list(itertools.islice(it, TOKENIZE_BATCH)):
+            for unit, n in zip(batch, self.counter.count([u.text for u in batch]), strict=True):
+                if n <= self.max_tokens:
+                    yield from packer.add(unit, n)
+                    continue
+                pieces = self.counter.split(unit.text, self.max_tokens)
+                for k, (piece, m) in enumerate(zip(pieces, self.counter.count(pieces), strict=True)):
+                    yield from packer.add(replace(unit, text=piece, new_block=unit.new_block and k == 0), m)
+        yield from packer.finish()
+
+
+class _Packer:
+    """Greedy packing state for one document (see the module docstring for the rules)."""
+
+    def __init__(self, chunker: Chunker) -> None:
+        self.c = chunker
+        self.cur: list[tuple[Unit, int]] = []
+        self.tokens = 0
+
+    def add(self, unit: Unit, n: int) -> Iterator[Chunk]:
+        if self.cur:
+            has_body = any(u.kind != "heading" for u, _ in self.cur)
+            if (unit.kind == "heading" and has_body) or unit.page != self.cur[0][0].page:
+                yield self._emit(self.cur)
+                self._set([])
+        if self.cur and self.tokens + n > self.c.max_tokens:
+            cut = self._cut_point()
+            done, carry = self.cur[:cut], self.cur[cut:]
+            yield self._emit(done)
+            tail = self._overlap_tail(done)
+            cand = tail + carry
+            if _total(cand) + n > self.c.max_tokens:
+                cand = carry
+            if _total(cand) + n > self.c.max_tokens:
+                if carry:
+                    yield self._emit(carry)
+                cand = []
+            self._set(cand)
+        self.cur.append((unit, n))
+        self.tokens += n
+
+    def finish(self) -> Iterator[Chunk]:
+        if self.cur:
+            yield self._emit(self.cur)
+        self._set([])
+
+    def _set(self, items: list[tuple[Unit, int]]) -> None:
+        self.cur = list(items)
+        self.tokens = _total(self.cur)
+
+    def _cut_point(self) -> int:
+        """Index to cut ``cur`` at: the last block start in the second half, else everything."""
+        half = self.c.max_tokens // 2
+        seen = 0
+        best = len(self.cur)
+        for i, (u, n) in enumerate(self.cur):
+            if i > 0 and u.new_block and seen >= half:
+                best = i
+            seen += n
+        return best
+
+    def _overlap_tail(self, done: list[tuple[Unit, int]]) -> list[tuple[Unit, int]]:
+        if self.c.overlap <= 0 or not done:
+            return []
+        tail: list[tuple[Unit, int]] = []
+        total = 0
+        for u, n in reversed(done):
+            if u.kind == "heading" or total + n > self.c.overlap:
+                break
+            tail.insert(0, (u, n))
+            total += n
+        if tail:
+            return [(replace(u, new_block=(i == 0) or u.new_block), n) for i, (u, n) in enumerate(tail)]
+        last, _ = done[-1]
+        if last.kind == "heading":
+            return []
+        # The last line alone is longer than the overlap: repeat its final words instead.
+        pieces = self.c.counter.split(last.text, max(1, self.c.overlap))
+        if len(pieces) < 2:
+            return []
+        piece = pieces[-1]
+        return [(replace(last, text=piece, new_block=True), self.c.counter.count([piece])[0])]
+
+    def _emit(self, items: list[tuple[Unit, int]]) -> Chunk:
+        parts: list[str] = []
+        for i, (u, _) in enumerate(items):
+            if i:
+                parts.append("\n\n" if u.new_block else "\n")
+            parts.append(u.text)
+        starts = [u.line_start for u, _ in items if u.line_start is not None]
+        ends = [u.line_end for u, _ in items if u.line_end is not None]
+        return Chunk(
+            text="".join(parts),
+            n_tokens=_total(items),
+            page=items[0][0].page,
+            line_start=min(starts) if starts else None,
+            line_end=max(ends) if ends else None,
+            heading_path=items[-1][0].heading_path,
+        )
+
+
+def _total(items: list[tuple[Unit, int]]) -> int:
+    return sum(n for _, n in items)

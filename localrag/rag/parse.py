@@ -1,0 +1,418 @@
+"""Document parsers: turn one file into a stream of text units with anchors.
+
+Every parser is a generator of :class:`Unit` (a line or paragraph with its page
+or line span and heading path), so a huge plain-text file is never held in
+memory. The libraries do the format work: pypdf (PDF), python-docx (DOCX),
+BeautifulSoup (HTML), markdown-it-py (Markdown). Anything wrong with a file is
+raised as :class:`ParseError` with a message meant for the user.
+
+    from localrag.rag.parse import parse_file
+    for unit in parse_file("notes.md"):
+        print(unit.line_start, unit.heading_path, unit.text)
+"""
+
+from __future__ import annotations
+
+import codecs
+import os
+import stat
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+MARKDOWN_EXT = {".md", ".markdown", ".mdown", ".mkd"}
+HTML_EXT = {".html", ".htm", ".xhtml"}
+TEXT_EXT = {".txt", ".text", ".rst", ".log", ".csv", ".tsv", ".org", ".tex", ".adoc"}
+CODE_EXT = {
+    ".py",
+    ".pyi",
+    ".js",
+    ".jsx",
+    ".ts",
+    ".tsx",
+    ".java",
+    ".kt",
+    ".scala",
+    ".c",
+    ".h",
+    ".cc",
+    ".cpp",
+    ".hpp",
+    ".cs",
+    ".go",
+    ".rs",
+    ".rb",
+    ".php",
+    ".swift",
+    ".m",
+    ".sh",
+    ".bash",
+    ".zsh",
+    ".ps1",
+    ".sql",
+    ".r",
+    ".jl",
+    ".lua",
+    ".pl",
+    ".hs",
+    ".ex",
+    ".exs",
+    ".dart",
+    ".vue",
+    ".css",
+    ".scss",
+    ".json",
+    ".yaml",
+    ".yml",
+    ".toml",
+    ".ini",
+    ".cfg",
+    ".xml",
+    ".proto",
+    ".gradle",
+    ".cmake",
+    ".mk",
+}
+SUPPORTED_EXT = {".pdf", ".docx"} | MARKDOWN_EXT | HTML_EXT | TEXT_EXT | CODE_EXT
+# Markdown/HTML parsers need the whole text; above this size they fall back to the streaming text reader.
+MAX_STRUCTURED_BYTES = 8 * 1024 * 1024
+SNIFF_BYTES = 64 * 1024
+
+
+class ParseError(Exception):
+    """A file that cannot be ingested; str(exc) is the per-file reason shown to the user."""
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One line (or paragraph) of a document, the atom the chunker packs.
+
+    new_block marks the first unit of a paragraph, heading, table or code block:
+    the chunker prefers to cut there. line_start/line_end are 1-based and
+    inclusive (for DOCX: paragraph numbers; for PDF: lines within ``page``).
+    """
+
+    text: str
+    kind: str = "text"  # text | heading | code
+    new_block: bool = False
+    page: int | None = None
+    line_start: int | None = None
+    line_end: int | None = None
+    heading_path: tuple[str, ...] = ()
+
+
+def supported(path: str | os.PathLike) -> bool:
+    return Path(path).suffix.lower() in SUPPORTED_EXT
+
+
+def check_file(path: str | os.PathLike) -> os.stat_result:
+    """Refuse what is not an ordinary, non-empty, readable file, with the reason."""
+    p = Path(path)
+    if p.is_symlink() and not p.exists():
+        raise ParseError(f"broken symlink (points to {os.readlink(p)!s}, which does not exist)")
+    try:
+        st = p.stat()
+    except PermissionError as exc:
+        raise ParseError(f"unreadable: permission denied ({exc.strerror})") from exc
+    except FileNotFoundError as exc:
+        raise ParseError("file not found") from exc
+    if stat.S_ISDIR(st.st_mode):
+        raise ParseError("is a directory")
+    if not stat.S_ISREG(st.st_mode):
+        raise ParseError("not a regular file (device, FIFO or socket)")
+    if p.suffix.lower() not in SUPPORTED_EXT:
+        kind = f"'{p.suffix}'" if p.suffix else "(no extension)"
+        raise ParseError(
+            f"unsupported file type {kind}; supported: PDF, DOCX, HTML, Markdown, text, source code"
+        )
+    if st.st_size == 0:
+        raise ParseError("empty file")
+    try:
+        with open(p, "rb") as fh:
+            fh.read(1)
+    except PermissionError as exc:
+        raise ParseError(f"unreadable: permission denied ({exc.strerror})") from exc
+    except OSError as exc:
+        raise ParseError(f"unreadable: {exc.strerror or exc}") from exc
+    return st
+
+
+def parse_file(path: str | os.PathLike) -> Iterator[Unit]:
+    """Stream the units of one file; raises ParseError for anything unusable."""
+    p = Path(path)
+    st = check_file(p)
+    ext = p.suffix.lower()
+    try:
+        if ext == ".pdf":
+            yield from _parse_pdf(p)
+        elif ext == ".docx":
+            yield from _parse_docx(p)
+        elif ext in MARKDOWN_EXT and st.st_size <= MAX_STRUCTURED_BYTES:
+            yield from _parse_markdown(_read_text(p))
+        elif ext in HTML_EXT and st.st_size <= MAX_STRUCTURED_BYTES:
+            yield from _parse_html(_read_text(p))
+        else:
+            yield from _parse_text(p, code=ext in CODE_EXT)
+    except ParseError:
+        raise
+    except PermissionError as exc:
+        raise ParseError(f"unreadable: permission denied ({exc.strerror})") from exc
+    except UnicodeError as exc:
+        raise ParseError(f"cannot decode text: {exc}") from exc
+    except OSError as exc:
+        raise ParseError(f"read error: {exc.strerror or exc}") from exc
+
+
+# ---------------------------------------------------------------- plain text / code
+
+
+def sniff_encoding(sample: bytes) -> str:
+    """'utf-8' / 'utf-16' / 'cp1252' for text; ParseError for binary content."""
+    if sample.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        return "utf-16"
+    if b"\x00" in sample:
+        raise ParseError("binary content (NUL bytes), not text")
+    try:
+        # An incremental decoder tolerates a multi-byte character cut at the end of the sample.
+        codecs.getincrementaldecoder("utf-8-sig")().decode(sample, final=False)
+        return "utf-8-sig"
+    except UnicodeDecodeError:
+        pass
+    text = sample.decode("cp1252", errors="replace")
+    control = sum(1 for ch in text if (ord(ch) < 32 and ch not in "\t\n\r\f") or ch == "\ufffd")
+    if control > 0.05 * max(1, len(text)):
+        raise ParseError("binary content (not valid UTF-8 and mostly non-printable), not text")
+    return "cp1252"
+
+
+def _read_text(p: Path) -> str:
+    with open(p, "rb") as fh:
+        data = fh.read()
+    return data.decode(sniff_encoding(data[:SNIFF_BYTES]), errors="replace")
+
+
+def _parse_text(p: Path, code: bool) -> Iterator[Unit]:
+    """Lines streamed from disk; a blank line starts a new block. Code keeps its whitespace;
+    in prose, runs of whitespace collapse to one space."""
+    with open(p, "rb") as fh:
+        encoding = sniff_encoding(fh.read(SNIFF_BYTES))
+    kind = "code" if code else "text"
+    blank = True
+    with open(p, encoding=encoding, errors="replace", newline=None) as fh:
+        for n, raw in enumerate(fh, start=1):
+            line = raw.rstrip("\n")
+            if not line.strip():
+                blank = True
+                continue
+            if not code and "\x00" in line:
+                raise ParseError(f"binary content at line {n}, not text")
+            # Prose: collapse runs of spaces (padding, justified text); code keeps every byte.
+            yield Unit(line if code else " ".join(line.split()), kind, blank, None, n, n)
+            blank = False
+
+
+# ---------------------------------------------------------------- markdown
+
+
+def _parse_markdown(text: str) -> Iterator[Unit]:
+    from markdown_it import MarkdownIt
+
+    lines = text.splitlines()
+    tokens = MarkdownIt("commonmark").enable("table").parse(text)
+    headings: list[tuple[int, str]] = []
+    covered = 0  # source lines before this index were already emitted (nested blocks)
+    for i, tok in enumerate(tokens):
+        if tok.map is None or tok.nesting == -1:
+            continue
+        start, end = tok.map
+        if tok.type == "heading_open":
+            level = int(tok.tag[1:])
+            title = tokens[i + 1].content.strip() if i + 1 < len(tokens) else ""
+            headings = [h for h in headings if h[0] < level] + [(level, title)]
+            path = tuple(h[1] for h in headings)
+            yield Unit(lines[start].strip(), "heading", True, None, start + 1, end, path)
+            covered = end
+            continue
+        if tok.type not in {"paragraph_open", "fence", "code_block", "html_block", "table_open", "hr"}:
+            continue
+        if start < covered:
+            continue
+        kind = "code" if tok.type in {"fence", "code_block"} else "text"
+        path = tuple(h[1] for h in headings)
+        first = True
+        for n in range(start, min(end, len(lines))):
+            line = lines[n] if kind == "code" else lines[n].strip()
+            if not line.strip():
+                continue
+            yield Unit(line, kind, first, None, n + 1, n + 1, path)
+            first = False
+        covered = end
+
+
+# ---------------------------------------------------------------- HTML
+
+_HTML_BLOCKS = {
+    "p",
+    "li",
+    "pre",
+    "td",
+    "th",
+    "blockquote",
+    "dt",
+    "dd",
+    "figcaption",
+    "caption",
+    "div",
+    "section",
+    "article",
+    "main",
+    "body",
+    "tr",
+    "h1",
+    "h2",
+    "h3",
+    "h4",
+    "h5",
+    "h6",
+    "address",
+    "summary",
+}
+_HTML_SKIP = {"script", "style", "noscript", "template", "head", "svg"}
+
+
+def _parse_html(text: str) -> Iterator[Unit]:
+    from bs4 import BeautifulSoup, NavigableString
+    from bs4.element import Comment
+
+    soup = BeautifulSoup(text, "html.parser")
+    headings: list[tuple[int, str]] = []
+    current = None
+    buf: list[str] = []
+
+    def flush() -> Iterator[Unit]:
+        if current is None:
+            return
+        joined = "".join(buf)
+        body = joined.strip("\n") if current.name == "pre" else " ".join(joined.split())
+        if not body.strip():
+            return
+        line = current.sourceline
+        if current.name in {"h1", "h2", "h3", "h4", "h5", "h6"}:
+            level = int(current.name[1])
+            headings[:] = [h for h in headings if h[0] < level] + [(level, body)]
+            yield Unit(body, "heading", True, None, line, line, tuple(h[1] for h in headings))
+            return
+        kind = "code" if current.name == "pre" else "text"
+        path = tuple(h[1] for h in headings)
+        if kind == "code":
+            for k, code_line in enumerate(body.split("\n")):
+                if code_line.strip():
+                    n = None if line is None else line + k
+                    yield Unit(code_line, kind, k == 0, None, n, n, path)
+        else:
+            yield Unit(body, kind, True, None, line, line, path)
+
+    for node in soup.descendants:
+        if not isinstance(node, NavigableString) or isinstance(node, Comment):
+            continue
+        if any(parent.name in _HTML_SKIP for parent in node.parents if parent.name):
+            continue
+        block = next((par for par in node.parents if par.name in _HTML_BLOCKS or par.name == "pre"), None)
+        if block is not None:
+            pre = block.find_parent("pre")
+            block = pre if pre is not None else block
+        if block is not current:
+            yield from flush()
+            current, buf = block, []
+        buf.append(str(node))
+    yield from flush()
+
+
+# ---------------------------------------------------------------- DOCX
+
+
+def _parse_docx(p: Path) -> Iterator[Unit]:
+    import docx
+    from docx.opc.exceptions import PackageNotFoundError
+    from docx.table import Table
+
+    try:
+        document = docx.Document(str(p))
+    except PackageNotFoundError as exc:
+        raise ParseError("corrupt DOCX (not a Word .docx package)") from exc
+    except Exception as exc:  # zipfile.BadZipFile, KeyError on missing parts, lxml errors
+        raise ParseError(f"corrupt DOCX: {exc}") from exc
+    headings: list[tuple[int, str]] = []
+    for n, item in enumerate(document.iter_inner_content(), start=1):
+        if isinstance(item, Table):
+            path = tuple(h[1] for h in headings)
+            first = True
+            for row in item.rows:
+                cells = [" ".join(c.text.split()) for c in row.cells]
+                line = " | ".join(c for c in cells if c)
+                if line:
+                    yield Unit(line, "text", first, None, n, n, path)
+                    first = False
+            continue
+        text = " ".join(item.text.split())
+        if not text:
+            continue
+        style = (item.style.name if item.style is not None else "") or ""
+        level = _docx_heading_level(style)
+        if level is not None:
+            headings = [h for h in headings if h[0] < level] + [(level, text)]
+            yield Unit(text, "heading", True, None, n, n, tuple(h[1] for h in headings))
+        else:
+            yield Unit(text, "text", True, None, n, n, tuple(h[1] for h in headings))
+
+
+def _docx_heading_level(style: str) -> int | None:
+    if style == "Title":
+        return 0
+    if style.startswith("Heading"):
+        tail = style[len("Heading") :].strip()
+        return int(tail) if tail.isdigit() else 1
+    return None
+
+
+# ---------------------------------------------------------------- PDF
+
+
+def _parse_pdf(p: Path) -> Iterator[Unit]:
+    from pypdf import PdfReader
+    from pypdf.errors import FileNotDecryptedError, PdfReadError, PdfStreamError
+
+    try:
+        reader = PdfReader(str(p))
+        encrypted = reader.is_encrypted
+    except (PdfReadError, PdfStreamError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ParseError(f"corrupt PDF: {exc}") from exc
+    if encrypted:
+        try:
+            opened = bool(reader.decrypt(""))  # many PDFs are "encrypted" with an empty user password
+        except Exception:  # e.g. an AES cipher without the optional crypto backend
+            opened = False
+        if not opened:
+            raise ParseError("encrypted PDF: a password is required")
+    try:
+        n_pages = len(reader.pages)
+    except FileNotDecryptedError as exc:
+        raise ParseError("encrypted PDF: a password is required") from exc
+    except (PdfReadError, PdfStreamError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ParseError(f"corrupt PDF: {exc}") from exc
+    found = False
+    for page_no in range(1, n_pages + 1):
+        try:
+            text = reader.pages[page_no - 1].extract_text() or ""
+        except FileNotDecryptedError as exc:
+            raise ParseError("encrypted PDF: a password is required") from exc
+        except Exception as exc:  # pypdf raises many types on damaged content streams
+            raise ParseError(f"corrupt PDF (page {page_no}): {exc}") from exc
+        first = True
+        for n, line in enumerate(text.splitlines(), start=1):
+            if line.strip():
+                found = True
+                yield Unit(line.strip(), "text", first, page_no, n, n)
+                first = False
+    if not found:
+        raise ParseError("PDF has no text layer (scanned images?); OCR is not supported")

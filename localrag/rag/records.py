@@ -1,0 +1,120 @@
+"""Result types of the document index: search hits, ingest reports and progress events.
+
+Plain frozen dataclasses, JSON-ready through ``to_dict``; no behaviour beyond
+formatting, so the UI, the CLI and the chat layer can all consume them.
+
+    hit.citation()            # 'report.pdf p.3' / 'notes.md lines 10-24'
+    report.to_dict()          # {'seen': 12, 'added': 10, ..., 'failed': [{'path':..,'reason':..}]}
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One retrieved chunk with its anchors and the scores of each retriever.
+
+    dense_score is cosine similarity (None if the chunk was not among the dense
+    candidates), bm25_score the raw BM25 score (None likewise), fused_score the
+    reciprocal-rank-fusion score used for the final order.
+    """
+
+    chunk_id: str
+    text: str
+    file: str
+    page: int | None
+    line_start: int | None
+    line_end: int | None
+    heading_path: tuple[str, ...]
+    dense_score: float | None
+    bm25_score: float | None
+    fused_score: float
+
+    def citation(self) -> str:
+        name = Path(self.file).name
+        if self.page is not None:
+            return f"{name} p.{self.page}"
+        if self.line_start is None:
+            return name
+        same = self.line_end is None or self.line_end == self.line_start
+        if name.lower().endswith(".docx"):  # DOCX has no lines: the span counts paragraphs
+            return f"{name} ¶{self.line_start}" if same else f"{name} ¶{self.line_start}-{self.line_end}"
+        return f"{name} line {self.line_start}" if same else f"{name} lines {self.line_start}-{self.line_end}"
+
+    def snippet(self, width: int = 160) -> str:
+        flat = " ".join(self.text.split())
+        return flat if len(flat) <= width else flat[: width - 1] + "…"
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["heading_path"] = list(self.heading_path)
+        d["citation"] = self.citation()
+        return d
+
+
+@dataclass
+class IngestReport:
+    """What one ``ingest`` call did. ``failed`` holds (path, reason) per file."""
+
+    seen: int = 0
+    added: int = 0
+    skipped: int = 0
+    replaced: int = 0
+    moved: int = 0
+    failed: list[tuple[str, str]] = field(default_factory=list)
+    chunks: int = 0
+    bytes: int = 0
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["failed"] = [{"path": p, "reason": r} for p, r in self.failed]
+        return d
+
+    def summary(self) -> str:
+        return (
+            f"seen {self.seen}, added {self.added}, skipped {self.skipped}, replaced {self.replaced}, "
+            f"moved {self.moved}, failed {len(self.failed)}, chunks {self.chunks}, {self.seconds:.2f} s"
+        )
+
+
+@dataclass(frozen=True)
+class IngestEvent:
+    """Progress callback payload.
+
+    kind: 'start' (total files known), 'file_start', 'chunks' (running chunk
+    count of the current file), 'file_done' (status = added / skipped /
+    replaced / moved / failed, with reason), 'done'.
+    """
+
+    kind: str
+    index: int = 0
+    total: int = 0
+    path: str = ""
+    status: str = ""
+    chunks: int = 0
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class DocumentInfo:
+    """A document as the index sees it.
+
+    status: 'indexed'; 'stale' (embedding model or chunk settings changed; the
+    next ingest re-embeds it); 'missing' (indexed, but the file is gone from
+    disk); 'failed' (last ingest failed, see ``reason``).
+    """
+
+    path: str
+    chunks: int
+    status: str
+    content_hash: str = ""
+    size: int = 0
+    reason: str = ""
+    indexed_at: float = 0.0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
