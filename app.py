@@ -14,6 +14,7 @@ import sys
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach a model hub at run time
 os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # torch threads must not spin against llama.cpp's
 
 from localrag.ui import main  # noqa: E402
 

@@ -110,8 +110,8 @@ class SpecRagConfig:
     k: int = 2
     m: int = 5
     seed: int = 0
-    rationale_tokens: int = 48
-    answer_tokens: int = 24
+    rationale_tokens: int = 32
+    answer_tokens: int = 16
     min_relevance: float = 0.25
     min_score: float = -6.0
     cluster: bool = True
