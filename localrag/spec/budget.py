@@ -1,0 +1,198 @@
+"""Cost-aware node budget: measured verify cost T(k) and calibrated acceptance.
+
+Speculation pays only when the expected accepted tokens per second beat plain
+decoding. Both sides are measured on this machine, never assumed:
+
+* ``CostModel``: T(k) = seconds for one target forward over k tokens on top of a
+  few hundred tokens of context, timed at load for k in 1..max_nodes and cached
+  on disk per (model file, backend, device, threads) under LOCALRAG_CACHE_DIR
+  (default ~/.cache/localrag). Linear interpolation between measured points.
+* ``Calibrator``: P(node accepted | parent accepted), learned online per
+  (source, confidence bucket) with a Beta prior, from every verified node whose
+  parent was accepted. A node's acceptance estimate a(v) is the product along
+  its path, so E[tokens per step] = 1 + sum_v a(v).
+* ``plan``: over best-first prefixes of the candidate nodes, maximise
+  (1 + sum a) / (T(k + 1) + overhead); if the best is below plain's 1 / T(1)
+  (times ``min_gain``), take a plain step instead.
+
+    cost = CostModel.load_or_measure(target, max_k=64)
+    k, gain = plan(ranked_estimates, cost, overhead_s)
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import json
+import os
+import platform
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from localrag.backends.base import Backend
+
+PROBE_KS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("LOCALRAG_CACHE_DIR", Path.home() / ".cache" / "localrag"))
+
+
+def device_key(backend: Backend) -> str:
+    """What T(k) depends on: the model file, backend kind, offload, threads, machine."""
+    spec = getattr(backend, "spec", None)
+    path = Path(getattr(spec, "path", "") or "")
+    try:
+        st = path.stat()
+        fid = f"{path.resolve()}:{st.st_size}:{int(st.st_mtime)}"
+    except OSError:
+        fid = f"{getattr(backend, 'name', '?')}"
+    cfg = getattr(backend, "config", None)
+    parts = [
+        type(backend).__name__,
+        fid,
+        f"gpu={getattr(backend, 'gpu_layers', getattr(backend, 'device', 'cpu'))}",
+        f"threads={getattr(cfg, 'n_threads', None) or os.cpu_count()}",
+        f"host={platform.node()}:{platform.machine()}:{os.cpu_count()}",
+    ]
+    return "|".join(parts)
+
+
+class CostModel:
+    """T(k) in seconds for a forward pass over k new tokens (k = root + drafted nodes)."""
+
+    def __init__(self, ks: Sequence[int], seconds: Sequence[float]):
+        self.ks = np.asarray(ks, dtype=np.float64)  # (m,) measured sizes, ascending
+        self.sec = np.asarray(seconds, dtype=np.float64)  # (m,)
+        self._table = [self._interp(k) for k in range(int(self.ks[-1]) + 2)]  # T(k) for small k, precomputed
+
+    def __call__(self, k: int) -> float:
+        if k < len(self._table):
+            return self._table[k]
+        return self._interp(k)
+
+    def _interp(self, k: int) -> float:
+        if k <= self.ks[-1]:
+            return float(np.interp(k, self.ks, self.sec))
+        slope = (self.sec[-1] - self.sec[-2]) / max(self.ks[-1] - self.ks[-2], 1.0)
+        return float(self.sec[-1] + slope * (k - self.ks[-1]))
+
+    def to_dict(self) -> dict:
+        return {"k": self.ks.astype(int).tolist(), "ms": [round(s * 1e3, 3) for s in self.sec]}
+
+    @classmethod
+    def linear(cls, base_s: float = 0.01, per_token_s: float = 0.003) -> CostModel:
+        """An unmeasured guess (unit tests, calibrate=False)."""
+        ks = [1, 64]
+        return cls(ks, [base_s + per_token_s * (k - 1) for k in ks])
+
+    @classmethod
+    def measure(cls, backend: Backend, max_k: int, context: int = 256, reps: int = 3) -> CostModel:
+        """Time chains of k tokens on top of `context` tokens; restores an empty cache after.
+
+        The backend's committed context is cleared (call this at load, before prompts)."""
+        backend.reset()
+        rng = np.random.default_rng(0)
+        ctx = rng.integers(100, min(backend.n_vocab, 20000), size=context).tolist()
+        backend.prefill(ctx)
+        ks = [k for k in PROBE_KS if k <= max_k] or [1]
+        toks = rng.integers(100, min(backend.n_vocab, 20000), size=max(ks)).tolist()
+        times: dict[int, list[float]] = {k: [] for k in ks}
+        for rep in range(reps + 1):  # round-robin over k, so load spikes hit every size alike
+            for k in ks:
+                t0 = time.perf_counter()
+                if k == 1:
+                    backend.decode_one(toks[0])
+                    backend.truncate(context)
+                else:
+                    # a two-branch tree: what speculation really runs (several KV sequences)
+                    parents = [-1] + [i - 1 for i in range(1, k)]
+                    if k >= 4:
+                        parents[k // 2] = 0
+                    backend.eval_tree(toks[:k], parents)
+                    backend.commit_path([])
+                if rep:  # the first round warms up
+                    times[k].append(time.perf_counter() - t0)
+        out = [float(np.median(times[k])) for k in ks]
+        backend.reset()
+        # a curve that is not monotone is noise: make it non-decreasing
+        out = np.maximum.accumulate(np.asarray(out)).tolist()
+        return cls(ks, out)
+
+    @classmethod
+    def load_or_measure(cls, backend: Backend, max_k: int, refresh: bool = False) -> CostModel:
+        key = device_key(backend)
+        name = hashlib.sha1(key.encode()).hexdigest()[:16]
+        path = cache_dir() / "cost" / f"{name}.json"
+        if not refresh and path.exists():
+            try:
+                d = json.loads(path.read_text())
+                if d.get("key") == key and max(d["k"]) >= min(max_k, PROBE_KS[-1]):
+                    return cls(d["k"], [m / 1e3 for m in d["ms"]])
+            except (ValueError, KeyError, OSError):
+                pass
+        model = cls.measure(backend, max_k)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(json.dumps({"key": key, **model.to_dict()}))
+            tmp.replace(path)
+        except OSError:
+            pass  # a read-only home is fine: measure again next time
+        return model
+
+
+class Calibrator:
+    """P(child accepted | parent accepted) per (source, bucket), Beta posterior means.
+
+    The prior for a bucket is centred on the bucket's own raw confidence (draft
+    probability or retrieval frequency ratio), weight `prior_weight`, halved for
+    one-token retrieval matches (weak evidence); data replaces it within a few
+    steps. Nothing here depends on the hardware.
+    """
+
+    EDGES = (0.02, 0.1, 0.25, 0.5, 0.75, 0.9)  # buckets of the raw confidence (draft p or frequency ratio)
+    MIDS = (0.01, 0.06, 0.175, 0.375, 0.625, 0.825, 0.95)
+
+    def __init__(self, prior_weight: float = 2.0):
+        self.weight = prior_weight
+        self.hits: dict[tuple, list[float]] = {}
+
+    def key(self, source: str, confidence: float, match_len: int = 0) -> tuple:
+        b = bisect.bisect_right(self.EDGES, confidence)
+        return (source, b, min(match_len, 4))
+
+    def p(self, key: tuple) -> float:
+        a, r = self.hits.get(key, (0.0, 0.0))
+        mean = self.MIDS[key[1]] * (0.5 if key[2] == 1 else 1.0)
+        return (a + self.weight * mean) / (a + r + self.weight)
+
+    def update(self, key: tuple, accepted: bool) -> None:
+        h = self.hits.setdefault(key, [0.0, 0.0])
+        h[0 if accepted else 1] += 1.0
+
+
+def plan(
+    estimates: Sequence[float], cost: CostModel, overhead_s: float = 0.0, min_gain: float = 1.0
+) -> tuple[int, float]:
+    """Best number of drafted nodes k (0 = plain step) and its expected speedup over plain.
+
+    estimates: a(v) for the candidate nodes in best-first, ancestor-closed order.
+    Expected tokens for the first k nodes: 1 + sum(a[:k]) (the bonus token is free);
+    their cost: T(k + 1) (root + k nodes in one forward) + overhead_s (drafting).
+    """
+    t1 = cost(1)
+    best_k, best_rate = 0, 1.0 / t1
+    tokens = 1.0
+    for k, a in enumerate(estimates, start=1):
+        tokens += a
+        rate = tokens / (cost(k + 1) + overhead_s)
+        if rate > best_rate:
+            best_k, best_rate = k, rate
+    gain = best_rate * t1
+    if best_k and gain < min_gain:
+        return 0, 1.0
+    return best_k, gain

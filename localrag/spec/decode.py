@@ -1,0 +1,285 @@
+"""The RASD decode loop: propose -> prune -> fuse -> budget -> verify -> accept -> commit.
+
+``make_rasd_decoder`` returns a ``generation.Decoder`` (plus the stats dict it
+fills per answer) for ``Engine.complete/chat(decoder=..., decoder_stats=...)``:
+
+    decoder, stats = make_rasd_decoder(engine.backend, SpecConfig(), draft=None, documents=[text])
+    gen = engine.complete(prompt, GenerationConfig(max_tokens=128), decoder=decoder, decoder_stats=stats)
+    print(gen.run().text, gen.stats.extra["mean_accepted"])
+
+Every step verifies one token tree in ONE target forward (``eval_tree``) whose
+root is the token chosen at the previous step (not yet in the KV cache), then
+commits root + accepted path; the bonus token becomes the next root. When the
+measured cost curve says speculation will not pay, the step is a plain
+``decode_one`` instead; a speculative step is probed again after
+``probe_every`` plain steps. Only the Backend protocol is used (llama.cpp and
+transformers alike).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+
+from localrag.backends.base import Backend
+from localrag.config import SpecConfig
+from localrag.generation import Decoder, Sampler
+from localrag.spec.budget import Calibrator, CostModel, plan
+from localrag.spec.draft import DraftModel
+from localrag.spec.rasd import (
+    Proposal,
+    choose,
+    draft_cond,
+    estimate,
+    fuse,
+    keys_for,
+    prune_retrieval,
+    source_name,
+)
+from localrag.spec.retrieval import Datastore
+from localrag.spec.tree import RETRIEVAL, TokenTree
+from localrag.spec.verify import accept
+
+SOURCES = ("draft", "retrieval", "both")
+
+
+class RasdDecoder:
+    """Callable Decoder with its drafters, calibration and per-answer stats (see module doc)."""
+
+    def __init__(
+        self,
+        target: Backend,
+        spec: SpecConfig,
+        draft: Backend | None = None,
+        documents: Sequence[str] = (),
+        cost: CostModel | None = None,
+    ):
+        self.target = target
+        self.spec = spec
+        self.draft = DraftModel(draft, spec) if draft is not None else None
+        leaves = getattr(target, "max_leaves", spec.max_nodes + 1)
+        batch = getattr(target, "n_batch", spec.max_nodes + 1)
+        self.max_nodes = max(1, min(spec.max_nodes, leaves, batch - 1))
+        if cost is None:
+            cost = (
+                CostModel.load_or_measure(target, self.max_nodes + 1)
+                if spec.calibrate
+                else CostModel.linear()
+            )
+        self.cost = cost
+        self.calibrator = Calibrator()
+        self.datastore = Datastore(target.n_vocab, spec.max_match, spec.min_match)
+        self.set_documents(documents)
+        self.stats: dict = {}
+        # realised tokens/s of steps that ran the draft model vs those that did not (a two-armed bandit)
+        self._rate = {"draft": float("inf"), "nodraft": 1.0 / self.cost(1)}
+        # steps to wait before re-probing speculation / the draft model (doubles after each failed probe)
+        self._probe = {"spec": spec.probe_every, "draft": spec.probe_every}
+
+    def set_documents(self, documents: Sequence[str]) -> None:
+        """Replace the corpus part of the datastore (e.g. the chunks retrieved for this question)."""
+        self.datastore.set_documents(
+            [self.target.tokenize(d, add_special=False, parse_special=False) for d in documents]
+        )
+
+    # --- phases -------------------------------------------------------------------
+    def _may_pay(self, match_len: int) -> bool:
+        """Could any retrieval tree for a match this long beat plain? (skip building it if not).
+        Upper bound: a chain whose every node has the best calibrated acceptance of any bucket."""
+        if not self.spec.use_budget:
+            return True
+        cal = self.calibrator
+        p = max(cal.p(cal.key(f"r{RETRIEVAL}", c, match_len)) for c in cal.MIDS)
+        chain = [p**d for d in range(1, self.spec.max_depth + 1)]
+        return plan(chain, self.cost, 0.0, self.spec.min_gain)[0] > 0
+
+    def propose(self, ctx: list[int], root: int, use_draft: bool, force: bool = False) -> Proposal:
+        """Retrieval trie (timed), draft tree (timed), RASD prune + fuse."""
+        s, st = self.spec, self.stats
+        t0 = time.perf_counter()
+        rtree, mlen = TokenTree(root), 0
+        if s.use_retrieval:
+            self.datastore.set_context(ctx)
+            match = self.datastore.longest_match(ctx)
+            if match is not None and (use_draft or force or self._may_pay(match.length)):
+                rtree, mlen = self.datastore.trie(match, root, s.max_depth, s.max_occurrences)
+        t1 = time.perf_counter()
+        dt = t1 - t0
+        st["time_retrieve_s"] += dt
+        st["lookup_ms_max"] = max(st["lookup_ms_max"], dt * 1e3)
+        if not use_draft:
+            rtree, rcond = prune_retrieval(rtree, s)
+            return Proposal(rtree, rcond, draft_scored=False, match_len=mlen)
+        dm = self.draft
+        root_probs = dm.sync(ctx)  # draft KV follows the accepted tokens (only new ones prefilled)
+        dtree, dists = dm.grow(root, root_probs)
+        known = {}
+        for v, probs in dists.items():
+            known[tuple(dtree.tokens[u] for u in dtree.path_to(v)[1:])] = probs
+        rtree, rcond = prune_retrieval(rtree, s, dm, known)
+        tree, cond = fuse(dtree, draft_cond(dtree), rtree, rcond)
+        st["time_draft_s"] += time.perf_counter() - t1
+        st["draft_steps"] += 1
+        return Proposal(tree, cond, draft_scored=True, match_len=mlen)
+
+    def verify(self, vt: TokenTree, sampler: Sampler) -> tuple[list[int], int]:
+        """ONE target forward over the tree, lossless acceptance, KV commit of root + path."""
+        rows = self.target.eval_tree(vt.tokens, vt.parents)  # (n, V) views, valid until the next decode
+        path, bonus = accept(vt, rows, sampler)
+        self.target.commit_path(path)
+        return path, bonus
+
+    def _learn(self, vt: TokenTree, old: list[int], keys: list[tuple], path: list[int]) -> None:
+        """Every verified node whose parent was accepted is one Bernoulli trial of its bucket."""
+        on_path = set(path)
+        st = self.stats
+        for i in range(1, len(vt)):
+            name = source_name(vt.sources[i])
+            st["drafted_by_source"][name] = st["drafted_by_source"].get(name, 0) + 1
+            if i in on_path:
+                st["accepted_by_source"][name] = st["accepted_by_source"].get(name, 0) + 1
+            if vt.parents[i] in on_path:
+                self.calibrator.update(keys[old[i]], i in on_path)
+
+    # --- the loop -----------------------------------------------------------------
+    def __call__(
+        self, backend: Backend, context: list[int], logits: np.ndarray, sampler: Sampler
+    ) -> Iterator[list[int]]:
+        if backend is not self.target:
+            raise ValueError("this RASD decoder was built for another backend")
+        st = self._reset_stats()
+        t1 = self.cost(1)
+        tok = sampler.pick(logits)
+        yield [tok]
+        if self.draft is not None:  # the draft's prompt prefill, kept out of the draft arm's measured rate
+            t_sync = time.perf_counter()
+            self.draft.sync(backend.tokens + [tok])
+            st["time_draft_prefill_s"] = time.perf_counter() - t_sync
+        plain_run, draft_skip = 0, 0
+        busy = 0.0
+        try:
+            while True:
+                t_start = time.perf_counter()
+                ctx = backend.tokens + [tok]
+                # run the draft model when its steps have paid better than steps without it (or to re-probe)
+                use_draft = self.draft is not None and (
+                    not self.spec.use_budget
+                    or self._rate["draft"] >= self._rate["nodraft"]
+                    or draft_skip >= self._probe["draft"]
+                )
+                force = plain_run >= self._probe["spec"]
+                prop = self.propose(ctx, tok, use_draft, force)
+                keys = keys_for(prop, self.calibrator)
+                acc = estimate(prop, keys, self.calibrator)
+                keep, gain = choose(prop, acc, self.spec, self.cost, 0.0, force, self.max_nodes)
+                if not keep:  # speculation does not pay now: one plain step
+                    tv = time.perf_counter()
+                    nxt = sampler.pick(backend.decode_one(tok))
+                    st["time_plain_s"] += time.perf_counter() - tv
+                    st["plain_steps"] += 1
+                    plain_run += 1
+                    out, depth, size = [nxt], 0, 0
+                else:
+                    vt = prop.tree.select(keep)
+                    tv = time.perf_counter()
+                    path, nxt = self.verify(vt, sampler)
+                    st["time_verify_s"] += time.perf_counter() - tv
+                    self._learn(vt, sorted(keep), keys, path)
+                    st["spec_steps"] += 1
+                    st["probe_steps"] += int(force)
+                    plain_run = 0
+                    # a failed probe (nothing drafted accepted) doubles the wait before the next one
+                    base = self.spec.probe_every
+                    self._probe["spec"] = base if len(path) > 1 else min(self._probe["spec"] * 2, 64 * base)
+                    out = [vt.tokens[i] for i in path[1:]] + [nxt]
+                    depth, size = vt.max_depth(), vt.n_drafted
+                    st["tree_sizes"].append(size)
+                    st["expected_gain_sum"] += gain if gain == gain else 0.0
+                dt = time.perf_counter() - t_start
+                busy += dt
+                arm = "draft" if use_draft else "nodraft"
+                rate = len(out) / dt
+                old = self._rate[arm]
+                self._rate[arm] = rate if old == float("inf") else 0.8 * old + 0.2 * rate
+                if use_draft and draft_skip >= self._probe["draft"]:  # a draft probe: did it pay?
+                    paid = self._rate["draft"] >= self._rate["nodraft"]
+                    self._probe["draft"] = self.spec.probe_every if paid else min(self._probe["draft"] * 2, 1024)
+                draft_skip = 0 if use_draft else draft_skip + 1
+                st["steps"] += 1
+                st["tokens"] += len(out)
+                st["oracle_tokens"] += depth + 1
+                st["oracle_cost_s"] += self.cost(size + 1)
+                tok = nxt
+                yield out
+        finally:
+            self._finish_stats(busy, t1)
+
+    # --- stats --------------------------------------------------------------------
+    def _reset_stats(self) -> dict:
+        st = self.stats
+        st.clear()
+        st.update(
+            mode="rasd",
+            steps=0,
+            spec_steps=0,
+            plain_steps=0,
+            probe_steps=0,
+            draft_steps=0,
+            tokens=0,
+            drafted_by_source={},
+            accepted_by_source={},
+            tree_sizes=[],
+            time_retrieve_s=0.0,
+            time_draft_s=0.0,
+            time_verify_s=0.0,
+            time_plain_s=0.0,
+            lookup_ms_max=0.0,
+            oracle_tokens=0,
+            oracle_cost_s=0.0,
+            expected_gain_sum=0.0,
+        )
+        return st
+
+    def _finish_stats(self, busy: float, t1: float) -> None:
+        st = self.stats
+        sizes = st.pop("tree_sizes")
+        steps = max(st["steps"], 1)
+        st["mean_accepted"] = st["tokens"] / steps  # tokens per target forward, bonus included
+        st["tree_size_mean"] = float(np.mean(sizes)) if sizes else 0.0
+        st["tree_size_max"] = int(max(sizes)) if sizes else 0
+        st["acceptance_by_source"] = {
+            k: st["accepted_by_source"].get(k, 0) / n for k, n in st["drafted_by_source"].items() if n
+        }
+        st["lookup_ms_mean"] = st["time_retrieve_s"] * 1e3 / steps
+        st["t1_ms"] = t1 * 1e3
+        st["decode_busy_s"] = busy
+        # estimated speedup: plain would need T(1) per token; we spent `busy`
+        st["speedup_vs_plain"] = st["tokens"] * t1 / busy if busy > 0 else 0.0
+        # oracle: every drafted path accepted to its full depth, at the measured verify costs
+        ot, oc = st.pop("oracle_tokens"), st.pop("oracle_cost_s")
+        st["oracle_speedup"] = ot * t1 / oc if oc > 0 else 1.0
+        # hardware limit: a chain of k tokens, every one accepted, at the best k on the cost curve
+        st["hardware_limit_speedup"] = max(
+            (min(k, self.spec.max_depth) + 1) * t1 / self.cost(k + 1) for k in range(1, self.max_nodes + 1)
+        )
+        st["expected_gain_mean"] = st.pop("expected_gain_sum") / max(st["spec_steps"], 1)
+        st["cost_curve_ms"] = self.cost.to_dict()
+
+
+def make_rasd_decoder(
+    target: Backend,
+    spec: SpecConfig | None = None,
+    draft: Backend | None = None,
+    documents: Sequence[str] = (),
+    cost: CostModel | None = None,
+) -> tuple[Decoder, dict]:
+    """A RASD decoder for `target` and the stats dict it fills per answer.
+
+    draft: a backend from ``load_draft`` (same vocabulary) or None (retrieval only).
+    documents: texts added to the retrieval datastore (the prompt is always in it).
+    cost: a measured CostModel to share (default: measured at load / read from cache).
+    """
+    dec = RasdDecoder(target, spec or SpecConfig(), draft, documents, cost)
+    return dec, dec.stats

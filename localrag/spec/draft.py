@@ -1,0 +1,174 @@
+"""Draft-model drafter: a small model with the target's vocabulary grows a dynamic tree.
+
+* ``load_draft`` loads a draft model and checks its vocabulary against the
+  target's token by token (``ModelError`` naming the first differing id).
+* ``DraftModel.sync`` keeps the draft's KV cache in step with the accepted
+  tokens: only the tokens accepted since the last step are prefilled (longest
+  common prefix with what the draft already holds), never the whole context.
+* ``DraftModel.grow`` expands from the root where the cumulative draft
+  probability is highest (EAGLE-2-style dynamic tree): each round evaluates the
+  best ``width`` unexpanded nodes in one forward pass and adds their top
+  ``branch`` children, until ``draft_nodes`` or ``draft_depth`` rounds. The
+  draft's distribution at every expanded node is kept (for RASD pruning).
+* ``DraftModel.score`` gives draft probabilities to retrieval-tree nodes the
+  draft tree did not reach, in ONE batched draft pass over those nodes' parents.
+
+    draft = load_draft(target, "smollm2-135m-instruct")
+    dm = DraftModel(draft, spec)
+    root_probs = dm.sync(target.tokens + [root])
+    tree, dists = dm.grow(root, root_probs)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from localrag.backends.base import Backend
+from localrag.config import ModelConfig, SpecConfig
+from localrag.models import ModelError
+from localrag.spec.tree import DRAFT, TokenTree
+
+
+def softmax(logits: np.ndarray) -> np.ndarray:
+    """(V,) logits -> (V,) float32 probabilities (a fresh array, safe to keep)."""
+    z = logits.astype(np.float32, copy=True)
+    z -= z.max()
+    np.exp(z, out=z)
+    z /= z.sum()
+    return z
+
+
+def check_vocab(target: Backend, draft: Backend) -> None:
+    """Raise ModelError unless the two models have the same vocabulary, token by token."""
+    tname, dname = getattr(target, "name", "target"), getattr(draft, "name", "draft")
+    if target.n_vocab != draft.n_vocab:
+        raise ModelError(
+            f"draft model {dname} cannot draft for {tname}: vocabulary sizes differ "
+            f"({draft.n_vocab} vs {target.n_vocab} tokens); a draft model must share the target's tokenizer"
+        )
+    tp, dp = target.vocab_pieces(), draft.vocab_pieces()
+    for i, (a, b) in enumerate(zip(tp, dp, strict=True)):
+        if a != b:
+            raise ModelError(
+                f"draft model {dname} cannot draft for {tname}: token {i} is {b!r} in the draft "
+                f"but {a!r} in the target; a draft model must share the target's tokenizer"
+            )
+
+
+def load_draft(target: Backend, model: str, config: ModelConfig | None = None) -> Backend:
+    """Load `model` (registry name or path) as a draft for `target`; check the vocabulary.
+
+    The draft gets the target's context length; it never needs more KV sequences
+    than the draft tree has leaves.
+    """
+    from localrag.engine import load_backend
+
+    base = getattr(target, "config", None)
+    cfg = config or ModelConfig(
+        model=model,
+        n_ctx=getattr(target, "n_ctx", 4096),
+        n_threads=getattr(base, "n_threads", None),
+        n_gpu_layers=getattr(base, "n_gpu_layers", -1),
+    )
+    draft = load_backend(cfg)
+    try:
+        check_vocab(target, draft)
+    except ModelError:
+        draft.close()
+        raise
+    return draft
+
+
+class DraftModel:
+    """The draft backend plus the tree-growing policy of a SpecConfig."""
+
+    def __init__(self, backend: Backend, spec: SpecConfig):
+        self.backend = backend
+        self.spec = spec
+
+    def sync(self, context: Sequence[int]) -> np.ndarray:
+        """Make the draft's KV hold `context` (reusing the common prefix); (V,) probs after it."""
+        be = self.backend
+        common = 0
+        for a, b in zip(be.tokens, context, strict=False):
+            if a != b:
+                break
+            common += 1
+        common = min(common, len(context) - 1)  # evaluate >= 1 token for fresh logits
+        be.truncate(common)
+        return softmax(be.prefill(list(context[common:])))
+
+    def _eval_nodes(self, tree: TokenTree, nodes: Sequence[int]) -> dict[int, np.ndarray]:
+        """Draft distributions after each of `nodes` (tree indices, != 0) in one forward pass.
+
+        The root is already in the draft's KV, so the pass holds the union of the
+        paths root->node without the root; nothing is committed."""
+        need: set[int] = set()
+        for v in nodes:
+            while v > 0 and v not in need:
+                need.add(v)
+                v = tree.parents[v]
+        order = sorted(need)  # parents come before children in a TokenTree
+        pos = {v: i for i, v in enumerate(order)}
+        toks = [tree.tokens[v] for v in order]
+        parents = [pos[tree.parents[v]] if tree.parents[v] > 0 else -1 for v in order]
+        rows = self.backend.eval_tree(toks, parents)  # (len(order), V) views: copy what we keep
+        out = {v: softmax(rows[pos[v]]) for v in nodes}
+        self.backend.commit_path([])
+        return out
+
+    def grow(self, root: int, root_probs: np.ndarray) -> tuple[TokenTree, dict[int, np.ndarray]]:
+        """Dynamic draft tree below `root`; scores are cumulative draft probabilities.
+
+        Returns the tree and {node: (V,) draft probs after it} for expanded nodes."""
+        s = self.spec
+        branch, width = (1, 1) if s.draft_chain else (s.draft_branch, s.draft_width)
+        tree = TokenTree(root)
+        dists: dict[int, np.ndarray] = {0: root_probs}
+        self._add_children(tree, 0, root_probs, branch)
+        for _ in range(s.draft_depth - 1):
+            if tree.n_drafted >= s.draft_nodes:
+                break
+            frontier = [v for v in range(1, len(tree)) if v not in dists and tree.depths[v] < s.max_depth]
+            frontier.sort(key=lambda v: -tree.scores[v])
+            pick = frontier[:width]
+            if not pick:
+                break
+            for v, probs in self._eval_nodes(tree, pick).items():
+                dists[v] = probs
+                self._add_children(tree, v, probs, branch)
+        if tree.n_drafted > s.draft_nodes:
+            keep = [0, *tree.ranked()[: s.draft_nodes]]
+            old = sorted(keep)
+            tree = tree.select(keep)
+            dists = {new: dists[o] for new, o in enumerate(old) if o in dists}
+        return tree, dists
+
+    @staticmethod
+    def _add_children(tree: TokenTree, node: int, probs: np.ndarray, branch: int) -> None:
+        top = (
+            np.argpartition(-probs, branch)[:branch] if branch < probs.shape[0] else np.arange(probs.shape[0])
+        )
+        for t in top[np.argsort(-probs[top])]:
+            tree.add_node(node, int(t), tree.scores[node] * float(probs[t]), DRAFT)
+
+    def score(self, rtree: TokenTree, known: dict[tuple[int, ...], np.ndarray]) -> list[float]:
+        """Draft probability p(token | path) for every node of retrieval tree `rtree`.
+
+        known: {token path below the root (tuple): draft probs after it} from the draft
+        tree; the parents it lacks are evaluated together in ONE batched draft pass.
+        Returns cond[v] (cond[0] = 1)."""
+        n = len(rtree)
+        paths: list[tuple[int, ...]] = [()] * n
+        for v in range(1, n):
+            paths[v] = paths[rtree.parents[v]] + (rtree.tokens[v],)
+        missing = sorted({rtree.parents[v] for v in range(1, n) if paths[rtree.parents[v]] not in known})
+        if missing:
+            for u, probs in self._eval_nodes(rtree, missing).items():
+                known[paths[u]] = probs
+        cond = [1.0] * n
+        for v in range(1, n):
+            cond[v] = float(known[paths[rtree.parents[v]]][rtree.tokens[v]])
+        return cond

@@ -1,0 +1,123 @@
+"""RASD phases: propose (retrieval, draft) -> prune -> fuse -> estimate -> budget.
+
+One function per phase; ``decode.py`` runs them in order each step and then
+verifies the result in one target forward pass.
+
+* ``prune_retrieval``: score every retrieval node with the draft model
+  (cumulative product of draft probabilities along its path; nodes the draft
+  tree did not reach are scored in one batched draft pass) and keep the best
+  ``retrieval_top`` above ``retrieval_min_score``. With no draft model the
+  scores are retrieval frequencies and the same top-N rule applies.
+* ``fuse``: longest-prefix fusion of the pruned retrieval tree into the draft tree.
+* ``estimate``: calibrated acceptance a(v) per node (budget.Calibrator) and the
+  bucket key each node is calibrated under.
+* ``choose``: the ancestor-closed best-first prefix the cost curve pays for.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from localrag.config import SpecConfig
+from localrag.spec.budget import Calibrator, CostModel, plan
+from localrag.spec.draft import DraftModel
+from localrag.spec.tree import DRAFT, RETRIEVAL, TokenTree
+
+
+@dataclass
+class Proposal:
+    """A candidate tree with what the budget and the stats need."""
+
+    tree: TokenTree
+    cond: list[float]  # (n,) raw conditional confidence of each node given its parent (root: 1)
+    draft_scored: bool  # cond came from draft probabilities (else retrieval frequency)
+    match_len: int = 0  # retrieval suffix match length (0: none)
+
+
+def prune_retrieval(
+    rtree: TokenTree,
+    spec: SpecConfig,
+    draft: DraftModel | None = None,
+    known: dict[tuple[int, ...], np.ndarray] | None = None,
+) -> tuple[TokenTree, list[float]]:
+    """Score and prune a retrieval trie. Returns (pruned tree, cond per pruned node)."""
+    n = len(rtree)
+    if n <= 1:
+        return rtree, [1.0]
+    if draft is not None:
+        cond = draft.score(rtree, known if known is not None else {})  # p_draft(token | path)
+    else:  # frequency: count(v) / count(parent)
+        cond = [1.0] + [rtree.counts[v] / max(rtree.counts[rtree.parents[v]], 1e-9) for v in range(1, n)]
+    for v in range(1, n):  # cumulative score along the path (parents come first)
+        rtree.scores[v] = rtree.scores[rtree.parents[v]] * cond[v] if rtree.parents[v] > 0 else cond[v]
+    keep = [0, *rtree.ranked(spec.retrieval_min_score)[: spec.retrieval_top]]
+    old = sorted(keep)
+    return rtree.select(keep), [cond[o] for o in old]
+
+
+def fuse(
+    dtree: TokenTree, dcond: list[float], rtree: TokenTree, rcond: list[float]
+) -> tuple[TokenTree, list[float]]:
+    """Longest-prefix fusion of rtree into dtree; a node in both keeps the higher confidence."""
+    cond = list(dcond)
+    mapping = dtree.merge(rtree)
+    cond.extend([0.0] * (len(dtree) - len(cond)))
+    for r, d in mapping.items():
+        cond[d] = max(cond[d], rcond[r])
+    return dtree, cond
+
+
+def draft_cond(tree: TokenTree) -> list[float]:
+    """Draft tree: p(token | parent) = score(v) / score(parent) (scores are cumulative)."""
+    return [1.0] + [tree.scores[v] / max(tree.scores[tree.parents[v]], 1e-30) for v in range(1, len(tree))]
+
+
+def keys_for(prop: Proposal, cal: Calibrator) -> list[tuple]:
+    """Calibration bucket of every node: (scorer, sources, confidence bucket, match length)."""
+    t = prop.tree
+    scorer = "d" if prop.draft_scored else "r"
+    ml = 0 if prop.draft_scored else prop.match_len
+    return [cal.key(f"{scorer}{t.sources[v]}", prop.cond[v], ml) for v in range(len(t))]
+
+
+def estimate(prop: Proposal, keys: list[tuple], cal: Calibrator) -> list[float]:
+    """a(v) = P(v accepted) = product over the path of P(child accepted | parent accepted)."""
+    t = prop.tree
+    a = [1.0] * len(t)
+    for v in range(1, len(t)):
+        a[v] = a[t.parents[v]] * cal.p(keys[v])
+    return a
+
+
+def choose(
+    prop: Proposal,
+    acc: list[float],
+    spec: SpecConfig,
+    cost: CostModel,
+    overhead_s: float,
+    force: bool,
+    max_nodes: int,
+) -> tuple[list[int], float]:
+    """Nodes to verify (original indices, root first) and the expected gain over plain.
+
+    Best-first by a(v) (ancestor-closed); the size maximises expected tokens per
+    second on the cost curve. [] means a plain step pays better (unless `force`)."""
+    t = prop.tree
+    saved = t.scores
+    t.scores = acc
+    order = [v for v in t.ranked() if t.depths[v] <= spec.max_depth][:max_nodes]
+    t.scores = saved
+    if not order:
+        return [], 1.0
+    if not spec.use_budget:
+        return [0, *order], float("nan")
+    k, gain = plan([acc[v] for v in order], cost, overhead_s, 0.0 if force else spec.min_gain)
+    if k == 0 and force:  # probe: the smallest tree worth testing, its best node
+        k = 1
+    return ([0, *order[:k]] if k else []), gain
+
+
+def source_name(bits: int) -> str:
+    return {DRAFT: "draft", RETRIEVAL: "retrieval", DRAFT | RETRIEVAL: "both"}.get(bits, "none")

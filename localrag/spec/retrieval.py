@@ -1,0 +1,230 @@
+"""Retrieval drafter: candidate continuations copied from the user's data (REST-style).
+
+The datastore is token text (target tokenizer) in two suffix-array indexes:
+
+* a *corpus* index over documents / retrieved chunks / a collection, built once
+  per distinct set of documents (pydivsufsort, O(n)) and cached by content;
+* a *context* index over the prompt and the conversation, kept up to date as
+  tokens are generated: the suffix array covers the text up to a rebuild point,
+  and the few tokens since (< ``rebuild_every``) sit in a small n-gram hash
+  index, so the per-step cost is a lookup, and the O(n) rebuild is amortised.
+
+A lookup finds the longest suffix of the context (``max_match`` down to
+``min_match`` tokens, binary search over the length since occurrence is monotone
+in it) that occurs with a continuation, collects the next ``max_depth`` tokens
+after each occurrence (most recent first, capped), and builds a trie with counts.
+
+    ds = Datastore(spec, separator=n_vocab)
+    ds.add_documents([tokens_of_doc1, tokens_of_doc2])
+    ds.set_context(prompt_ids)
+    trie = ds.lookup(context_ids, root_token)     # TokenTree, scores = path frequency
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from pydivsufsort import divsufsort
+
+from localrag.spec.tree import RETRIEVAL, TokenTree
+
+
+class SuffixIndex:
+    """A suffix array over one int token text. `find(pattern)` -> positions, in O(|p| log n)."""
+
+    def __init__(self, text: Sequence[int]):
+        self.text = list(text)  # (n,) python ints: slicing + comparison is fast for short patterns
+        arr = np.asarray(self.text, dtype=np.int64)
+        sa = divsufsort(arr) if len(arr) else np.zeros(0, dtype=np.int64)
+        self.sa: list[int] = sa.tolist()  # (n,) suffix start positions, in suffix order
+
+    def __len__(self) -> int:
+        return len(self.text)
+
+    def _bound(self, pattern: list[int], upper: bool) -> int:
+        text, sa, k = self.text, self.sa, len(pattern)
+        lo, hi = 0, len(sa)
+        while lo < hi:  # first suffix whose k-prefix is >= pattern (> pattern when upper)
+            mid = (lo + hi) // 2
+            s = sa[mid]
+            head = text[s : s + k]
+            if head < pattern or (upper and head == pattern):
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    def find(self, pattern: list[int]) -> list[int]:
+        """Start positions of every occurrence of `pattern` (unordered)."""
+        lo = self._bound(pattern, False)
+        hi = self._bound(pattern, True)
+        return self.sa[lo:hi]
+
+    def occurs_with_continuation(self, pattern: list[int], end: int) -> bool:
+        """Does `pattern` occur followed by >= 1 token before `end`? One binary search: the
+        suffix equal to the pattern (if it sits at the end) sorts first among its matches."""
+        k, text, sa = len(pattern), self.text, self.sa
+        lo = self._bound(pattern, False)
+        for j in (lo, lo + 1):
+            if j < len(sa):
+                s = sa[j]
+                if text[s : s + k] == pattern and s + k < end:
+                    return True
+        return False
+
+    def count(self, pattern: list[int]) -> int:
+        return self._bound(pattern, True) - self._bound(pattern, False)
+
+
+@dataclass
+class _Match:
+    length: int
+    sources: list[tuple[list[int], list[int]]]  # (text, occurrence start positions)
+
+
+class Datastore:
+    """Corpus + context token indexes; see the module docstring."""
+
+    def __init__(self, separator: int, max_match: int = 16, min_match: int = 1, rebuild_every: int = 64):
+        self.sep = separator  # a token id that never occurs (n_vocab): ends continuations at segment edges
+        self.max_match = max_match
+        self.min_match = min_match
+        self.rebuild_every = rebuild_every
+        self._corpus: SuffixIndex | None = None
+        self._corpus_key = ""
+        self._corpus_cache: dict[str, SuffixIndex] = {}
+        self._ctx_index = SuffixIndex([])
+        self._ctx: list[int] = []  # the whole context text
+        self._tail: dict[int, list[int]] = {}  # token -> positions >= len(_ctx_index), the unindexed tail
+
+    # --- building ----------------------------------------------------------------
+    def set_documents(self, docs: Sequence[Sequence[int]]) -> None:
+        """Index these token documents as the corpus (cached by content; [] clears)."""
+        h = hashlib.sha1()
+        for d in docs:
+            h.update(np.asarray(d, dtype=np.int32).tobytes())
+            h.update(b"|")
+        key = h.hexdigest()
+        if key == self._corpus_key:
+            return
+        self._corpus_key = key
+        if not docs:
+            self._corpus = None
+            return
+        index = self._corpus_cache.get(key)
+        if index is None:
+            text: list[int] = []
+            for d in docs:
+                text.extend(d)
+                text.append(self.sep)
+            index = SuffixIndex(text)
+            if len(self._corpus_cache) >= 4:
+                self._corpus_cache.pop(next(iter(self._corpus_cache)))
+            self._corpus_cache[key] = index
+        self._corpus = index
+
+    def set_context(self, tokens: Sequence[int]) -> None:
+        """Make the context text equal `tokens`, appending when it extends what is indexed."""
+        tokens = list(tokens)
+        n = len(self._ctx)
+        if len(tokens) >= n and tokens[:n] == self._ctx:
+            self.extend_context(tokens[n:])
+            return
+        self._ctx = tokens
+        self._ctx_index = SuffixIndex(tokens)
+        self._tail = {}
+
+    def extend_context(self, tokens: Sequence[int]) -> None:
+        for t in tokens:
+            self._tail.setdefault(t, []).append(len(self._ctx))
+            self._ctx.append(t)
+        if len(self._ctx) - len(self._ctx_index) >= self.rebuild_every:
+            self._ctx_index = SuffixIndex(self._ctx)
+            self._tail = {}
+
+    # --- lookup ------------------------------------------------------------------
+    def _tail_find(self, pattern: list[int]) -> list[int]:
+        """Occurrences of `pattern` that END in the unindexed tail (hash on the last token)."""
+        ctx, k = self._ctx, len(pattern)
+        return [
+            e - k + 1
+            for e in self._tail.get(pattern[-1], ())
+            if e - k + 1 >= 0 and ctx[e - k + 1 : e + 1] == pattern
+        ]
+
+    def _exists(self, pattern: list[int]) -> bool:
+        c = self._corpus
+        if c is not None and c.occurs_with_continuation(pattern, len(c.text)):
+            return True
+        n = len(self._ctx)
+        if len(self._ctx_index) and self._ctx_index.occurs_with_continuation(pattern, n):
+            return True
+        return any(p + len(pattern) < n for p in self._tail_find(pattern)) if self._tail else False
+
+    def _occurrences(self, pattern: list[int]) -> list[tuple[list[int], list[int]]]:
+        """(text, start positions) per index, keeping only occurrences followed by >= 1 token."""
+        out = []
+        k = len(pattern)
+        if self._corpus is not None:
+            text = self._corpus.text
+            pos = [p for p in self._corpus.find(pattern) if p + k < len(text)]
+            if pos:
+                out.append((text, pos))
+        n = len(self._ctx)
+        pos = self._ctx_index.find(pattern) if len(self._ctx_index) else []
+        if self._tail:
+            pos = pos + self._tail_find(pattern)
+        pos = [p for p in pos if p + k < n]  # the context's own end has no continuation
+        if pos:
+            out.append((self._ctx, pos))
+        return out
+
+    def longest_match(self, context: Sequence[int]) -> _Match | None:
+        """Binary search on the suffix length: if a k-suffix occurs, every shorter one does."""
+        lo, hi = self.min_match, min(self.max_match, len(context))
+        best = 0
+        while lo <= hi:
+            k = (lo + hi) // 2
+            if self._exists(list(context[len(context) - k :])):
+                best, lo = k, k + 1
+            else:
+                hi = k - 1
+        return _Match(best, self._occurrences(list(context[len(context) - best :]))) if best else None
+
+    def lookup(
+        self, context: Sequence[int], root: int, max_depth: int, max_occurrences: int = 64
+    ) -> tuple[TokenTree, int]:
+        """Retrieval trie below `root` (whose token is context[-1]) and the match length (0: none).
+
+        Node scores are path frequencies: count(occurrences through node) / count(all).
+        """
+        return self.trie(self.longest_match(context), root, max_depth, max_occurrences)
+
+    def trie(self, match: _Match | None, root: int, max_depth: int, max_occurrences: int = 64) -> tuple[TokenTree, int]:
+        """The trie of the next `max_depth` tokens after each occurrence of a match."""
+        tree = TokenTree(root)
+        if match is None:
+            return tree, 0
+        k = match.length
+        conts: list[list[int]] = []
+        for text, pos in match.sources:  # most recent (largest position) first, capped
+            for p in sorted(pos, reverse=True)[:max_occurrences]:
+                start = p + k
+                cont = text[start : start + max_depth]
+                if self.sep in cont:
+                    cont = cont[: cont.index(self.sep)]
+                if cont:
+                    conts.append(cont)
+            if len(conts) >= max_occurrences:
+                break
+        conts = conts[:max_occurrences]
+        total = float(len(conts))
+        for cont in conts:
+            tree.add_path(cont, scores=None, source=RETRIEVAL, count=1.0)
+        for i in range(1, len(tree)):
+            tree.scores[i] = tree.counts[i] / total  # frequency of the path among the occurrences
+        tree.counts[0] = total
+        return tree, k

@@ -1,0 +1,46 @@
+"""The transformers backend on a CUDA or MPS device (skipped without one)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from localrag.backends.hf import HFBackend, pick_device, pick_dtype
+from tests.hf.conftest import gpu_only, tiny_model, tiny_tokenizer
+from tests.hf.test_hf_tree import path_to, random_tree
+
+pytestmark = [pytest.mark.gpu, gpu_only]
+
+
+def _device_backend(dtype: torch.dtype) -> HFBackend:
+    model = tiny_model(seed=31).to(device=pick_device(), dtype=dtype)
+    return HFBackend.from_model(model, tiny_tokenizer(), name="tiny-gpu")
+
+
+def test_gpu_defaults():
+    dev = pick_device()
+    assert dev.type in ("cuda", "mps")
+    assert pick_dtype(dev) in (torch.bfloat16, torch.float16)
+
+
+@pytest.mark.parametrize("dtype, atol", [(torch.float32, 2e-3), (None, 6e-2)])
+def test_gpu_tree_logits_and_compaction(dtype, atol):
+    """Tree rows equal each path decoded alone, and commits keep the cache exact, on the device."""
+    dtype = dtype or pick_dtype(pick_device())
+    be, ref = _device_backend(dtype), _device_backend(dtype)
+    rng = np.random.default_rng(5)
+    context = [1] + [int(t) for t in rng.integers(3, 64, size=15)]
+    be.prefill(context)
+    for _ in range(10):
+        tokens, parents = random_tree(rng, 12, be.n_vocab)
+        rows = be.eval_tree(tokens, parents).copy()
+        for i in range(len(tokens)):
+            ref.reset()
+            want = ref.prefill(context + [tokens[j] for j in path_to(parents, i)])
+            np.testing.assert_allclose(rows[i], want, atol=atol, rtol=0)
+        path = path_to(parents, int(rng.integers(0, len(tokens))))
+        be.commit_path(path)
+        context += [tokens[i] for i in path]
+    ref.reset()
+    np.testing.assert_allclose(be.decode_one(5), ref.prefill(context + [5]), atol=atol, rtol=0)

@@ -1,0 +1,159 @@
+"""The RASD engine (localrag.spec) running unchanged on the transformers backend.
+
+Fast: tiny random Llama targets/drafts. Slow: the real SmolLM2 fp32 target
+(the bundled GGUF in transformers), alone and with the same GGUF in llama.cpp
+as a 4-bit draft (cross-backend).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from localrag.backends import hf_compat
+from localrag.config import GenerationConfig, SpecConfig
+from localrag.engine import Engine
+from localrag.generation import Generation, plain_decoder
+from localrag.spec.budget import CostModel
+from localrag.spec.decode import make_rasd_decoder
+from localrag.spec.draft import load_draft
+from tests.hf.conftest import tiny_backend
+
+ALWAYS = SpecConfig(calibrate=False, use_budget=False)  # verify every proposed tree: exercises the backend most
+DOC = (
+    "The Zephyr 300 router ships with firmware 4.2. To reset it, hold the recessed button for ten seconds "
+    "until the status light blinks amber, then wait two minutes for the reboot to finish. The admin page "
+    "is at 192.168.8.1 and the default password is printed on the label under the device."
+)
+
+
+def tiny_prompt() -> list[int]:
+    rng = np.random.default_rng(3)
+    return [int(t) for t in rng.integers(3, 64, size=20)]
+
+
+def test_tiny_rasd_greedy_equals_plain():
+    plain_be, rasd_be = tiny_backend(seed=11), tiny_backend(seed=11)
+    cfg = GenerationConfig(max_tokens=60)
+    prompt = tiny_prompt()
+    plain = Generation(plain_be, prompt, plain_decoder, cfg).run()
+    doc = " ".join(f"w{t - 3}" for t in plain.tokens[5:40])  # the continuation is in the "documents"
+    decoder, stats = make_rasd_decoder(rasd_be, ALWAYS, documents=[doc], cost=CostModel.linear())
+    spec = Generation(rasd_be, prompt, decoder, cfg, stats).run()
+    assert spec.tokens == plain.tokens
+    assert spec.stats.extra["spec_steps"] > 0
+    assert spec.stats.extra["mean_accepted"] > 1.5  # retrieval paths were accepted and compacted
+
+
+def test_tiny_rasd_with_transformers_draft_equals_plain():
+    target, draft = tiny_backend(seed=12), tiny_backend(seed=12)  # draft = the target's twin: all accepted
+    cfg = GenerationConfig(max_tokens=40)
+    prompt = tiny_prompt()
+    plain = Generation(tiny_backend(seed=12), prompt, plain_decoder, cfg).run()
+    decoder, stats = make_rasd_decoder(target, ALWAYS, draft=draft, cost=CostModel.linear())
+    spec = Generation(target, prompt, decoder, cfg, stats).run()
+    assert spec.tokens == plain.tokens
+    assert stats["draft_steps"] > 0 and stats["mean_accepted"] > 2.0
+
+
+def test_tiny_rasd_sampling_runs_and_stays_in_sync():
+    target, draft = tiny_backend(seed=13), tiny_backend(seed=14)
+    cfg = GenerationConfig(max_tokens=40, temperature=0.8, seed=1)
+    decoder, stats = make_rasd_decoder(target, ALWAYS, draft=draft, cost=CostModel.linear())
+    prompt = tiny_prompt()
+    gen = Generation(target, prompt, decoder, cfg, stats).run()
+    assert gen.stats.stop_reason in ("eog", "length") and stats["spec_steps"] > 0
+    full = prompt + gen.tokens
+    n = min(len(full), target.n_past)
+    assert target.tokens[:n] == full[:n]  # the committed context is exactly what was emitted
+    assert hf_compat.cache_length(target._cache) == target.n_past  # no stale tree left in the KV cache
+
+
+# --- the real SmolLM2 fp32 target ----------------------------------------------------
+def _chat(engine: Engine, question: str, decoder=plain_decoder, stats=None, max_tokens: int = 32) -> Generation:
+    messages = [{"role": "user", "content": f"{DOC}\n\nQuestion: {question}"}]
+    return engine.chat(messages, GenerationConfig(max_tokens=max_tokens), decoder, stats).run()
+
+
+@pytest.mark.slow
+def test_real_plain_matches_transformers_generate(hf_smollm2):
+    import torch
+
+    engine = Engine(hf_smollm2)
+    ids = engine.encode_prompt(engine.prompt.render([{"role": "user", "content": "Name three colors."}]))
+    ours = Generation(hf_smollm2, ids, plain_decoder, GenerationConfig(max_tokens=16)).run()
+    with torch.inference_mode():
+        ref = hf_smollm2.model.generate(torch.tensor([ids]), max_new_tokens=16, do_sample=False)
+    theirs = ref[0, len(ids) :].tolist()
+    assert ours.tokens == theirs[: len(ours.tokens)] and ours.tokens
+
+
+@pytest.mark.slow
+def test_real_tree_logits_match_sequential(hf_smollm2):
+    be = hf_smollm2
+    be.reset()
+    ctx = be.tokenize("The capital of France is", add_special=True)
+    be.prefill(ctx)
+    a, b, c = be.tokenize(" Paris. It"), be.tokenize(" a city"), be.tokenize(" Lyon")
+    tokens = a + b + c
+    # chain a; chain b beside it; c as a second child of a's first token
+    parents = [-1] + list(range(len(a) - 1)) + [-1] + list(range(len(a), len(a) + len(b) - 1)) + [0]
+    rows = be.eval_tree(tokens, parents).copy()
+    for i in range(len(tokens)):
+        path, v = [], i
+        while v >= 0:
+            path.append(tokens[v])
+            v = parents[v]
+        be.truncate(len(ctx))
+        ref = be.prefill(path[::-1])
+        np.testing.assert_allclose(rows[i], ref, atol=2e-3, rtol=0)
+        assert int(np.argmax(rows[i])) == int(np.argmax(ref))
+    be.reset()
+
+
+@pytest.mark.slow
+def test_real_rasd_retrieval_only_equals_plain(hf_smollm2):
+    engine = Engine(hf_smollm2)
+    q = "How do I reset the router? Quote the documents."
+    plain = _chat(engine, q)
+    decoder, stats = make_rasd_decoder(hf_smollm2, ALWAYS, documents=[DOC], cost=CostModel.linear())
+    spec = _chat(engine, q, decoder, stats)
+    assert spec.text == plain.text
+    assert stats["spec_steps"] > 0
+
+
+@pytest.mark.slow
+def test_real_cross_backend_gguf_draft_equals_plain(hf_smollm2):
+    """Target: SmolLM2 fp32 in transformers. Draft: the Q4_1 GGUF in llama.cpp. Same vocabulary."""
+    from localrag.backends.llamacpp import LlamaCppBackend
+
+    draft = load_draft(hf_smollm2, "smollm2-135m-instruct")  # vocabulary checked token by token
+    assert isinstance(draft, LlamaCppBackend)
+    try:
+        engine = Engine(hf_smollm2)
+        q = "What is the admin page address?"
+        plain = _chat(engine, q)
+        decoder, stats = make_rasd_decoder(hf_smollm2, ALWAYS, draft=draft, documents=[DOC], cost=CostModel.linear())
+        spec = _chat(engine, q, decoder, stats)
+        assert spec.text == plain.text
+        assert stats["draft_steps"] > 0 and stats["mean_accepted"] > 1.5
+    finally:
+        draft.close()
+
+
+@pytest.mark.slow
+def test_real_gguf_conversion_cache_reloads_identically(hf_smollm2):
+    """The dequantized GGUF is saved once as an HF folder; a reload from it gives the same model."""
+    import os
+
+    from localrag.backends.hf import HFBackend, gguf_cache_folder
+
+    if os.environ.get("LOCALRAG_HF_GGUF_CACHE", "1") == "0":
+        pytest.skip("GGUF conversion cache disabled")
+    assert (gguf_cache_folder(hf_smollm2.spec.path) / "config.json").exists()
+    again = HFBackend(hf_smollm2.config)
+    assert again.load_seconds < 30 and again.vocab_pieces() == hf_smollm2.vocab_pieces()
+    ids = hf_smollm2.tokenize("Hello there", add_special=True)
+    hf_smollm2.reset()
+    np.testing.assert_array_equal(again.prefill(ids), hf_smollm2.prefill(ids))
+    hf_smollm2.reset()

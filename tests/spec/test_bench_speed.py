@@ -1,0 +1,63 @@
+"""bench speed: divergence bookkeeping (unit) and one tiny real run from a prompts file (slow)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from localrag.bench.speed import _first_divergence, summarise
+
+
+def test_first_divergence():
+    assert _first_divergence([1, 2, 3], [1, 2, 3]) is None
+    assert _first_divergence([1, 2, 3], [1, 5, 3]) == 1
+    assert _first_divergence([1, 2], [1, 2, 3]) == 2
+
+
+def test_summarise_counts_near_ties():
+    plain = {"tokens": [1, 2, 3, 4], "decode_s": 1.0, "margins": [5.0, 0.1, 5.0, 5.0], "stats": {}}
+    rows = [
+        {"plain": plain, "rasd": {"tokens": [1, 2, 3, 4], "decode_s": 0.5, "stats": {"mean_accepted": 2.0}}},
+        {"plain": plain, "rasd": {"tokens": [1, 9, 3, 4], "decode_s": 0.5, "stats": {"mean_accepted": 2.0}}},
+        {"plain": plain, "rasd": {"tokens": [9, 2, 3, 4], "decode_s": 0.5, "stats": {"mean_accepted": 2.0}}},
+    ]
+    s = summarise(
+        {"rows": rows, "noise": {"max_margin_diff": 0.5, "max_abs_logit_diff": 1.0}}, ["plain", "rasd"]
+    )
+    r = s["rasd"]
+    assert r["median_speedup"] == 2.0 and r["identical_rate"] == 1 / 3
+    assert r["diverged_at_near_tie"] == 1 and r["diverged_not_near_tie"] == 1
+
+
+@pytest.mark.slow
+def test_bench_speed_runs_on_a_prompts_file(tmp_path):
+    f = tmp_path / "p.jsonl"
+    doc = "Rollo agreed to swear fealty to King Charles III of West Francia in exchange for land."
+    f.write_text(json.dumps({"prompt": f"Repeat: {doc}", "docs": [doc]}) + "\n")
+    cmd = [
+        sys.executable,
+        "-m",
+        "localrag",
+        "bench",
+        "speed",
+        "--prompts",
+        str(f),
+        "--n",
+        "1",
+        "--max-new-tokens",
+        "12",
+        "--methods",
+        "plain,retrieval,rasd",
+        "--threads",
+        "1",
+        "--json",
+    ]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-2000:]
+    rep = json.loads(out.stdout)
+    summ = rep["suites"][str(f)]["summary"]
+    assert {"plain", "retrieval", "rasd"} <= set(summ)
+    assert summ["rasd"]["n"] == 1 and summ["noise_bound"]["max_abs_logit_diff"] >= 0
