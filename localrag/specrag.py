@@ -1,0 +1,418 @@
+"""Speculative RAG (arXiv 2407.08223): drafts from chunk subsets, one-pass verification, citations.
+
+Pipeline, one function per phase:
+
+    retrieve        top-n chunks from the document index (hybrid search) + a relevance gate
+    cluster         MiniLM vectors of the chunks -> k-means into k clusters (scikit-learn)
+    make_subsets    m unique subsets, one chunk per cluster (ordered by retrieval rank)
+    draft           the small drafter writes "Rationale: ... Answer: ..." per subset; all
+                    subsets decode concurrently as llama.cpp sequences in one batch
+    verify          the verifier scores each draft's TEXT (its own tokenizer) in one pass over
+                    [question, answer, rationale, reflection question, "Yes"]
+    select          best combined score; below the calibrated threshold -> "not in the documents"
+
+Scores (natural log):
+    draft_logprob = log P(rationale) + log P(answer | rationale)          (drafter, sum over tokens)
+    consistency   = sum of log p over the answer and rationale tokens      (verifier)
+    reflection    = log p("Yes" | ..., "Do you think the rationale supports the answer, yes or no?")
+    score         = draft_logprob / n_draft + consistency / n_verify + reflection
+The paper multiplies the three probabilities (sum of logs). Raw sums punish long drafts, so the
+first two terms are length-normalised to mean per-token log-probabilities (log of the geometric
+mean probability); the reflection term is one token and is left as is.
+
+    pipe = SpeculativeRAG(Engine.load(ModelConfig()), Engine.load(ModelConfig(model="gemma3-270m")))
+    result = pipe.answer("How much notice ends the contract?", DocumentIndex(IndexConfig()))
+    print(result.text, [c.label for c in result.citations], result.stats)
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from localrag.answer import AnswerResult, Citation, Draft
+from localrag.config import GenerationConfig, SpecRagConfig
+
+REFUSALS = ("not in the documents", "does not say", "do not say", "no information", "not mentioned",
+            "cannot be determined", "unknown", "not specified", "not provided", "not stated",
+            "does not provide", "do not provide", "doesn't provide", "does not mention", "does not contain")
+
+
+# --------------------------------------------------------------------------- retrieve
+def retrieve(index: Any, question: str, cfg: SpecRagConfig) -> tuple[list, list]:
+    """(hits, relevant hits): the top-n chunks, and those passing the dense-similarity gate."""
+    if index is None:
+        return [], []
+    hits = index.search(question, cfg.n)
+    relevant = [h for h in hits if (h.dense_score or 0.0) >= cfg.min_relevance]
+    return hits, relevant
+
+
+# --------------------------------------------------------------------------- cluster
+def cluster(vectors: np.ndarray, k: int, seed: int = 0) -> np.ndarray:
+    """k-means labels (0..k'-1) of the chunk vectors; k' = min(k, distinct vectors)."""
+    from sklearn.cluster import KMeans
+
+    n = len(vectors)
+    k = min(k, n, len(np.unique(np.round(vectors, 6), axis=0)))
+    if k <= 1:
+        return np.zeros(n, dtype=int)
+    return KMeans(n_clusters=k, n_init=10, random_state=seed).fit_predict(vectors)
+
+
+def make_subsets(labels: Sequence[int], m: int) -> list[tuple[int, ...]]:
+    """m unique subsets taking one chunk per cluster (chunk indices are retrieval ranks).
+
+    Every combination (one member of each cluster) is a candidate; they are ordered by the
+    sum of their members' ranks, so the best-ranked chunks are drafted from first while each
+    subset still mixes perspectives (clusters). Unique by construction; fewer than m if the
+    clusters do not allow m combinations.
+    """
+    groups: dict[int, list[int]] = {}
+    for i, lab in enumerate(labels):
+        groups.setdefault(int(lab), []).append(i)
+    members = [groups[c] for c in sorted(groups)]
+    combos = sorted(itertools.product(*members), key=lambda c: (sum(c), c))
+    return [tuple(sorted(c)) for c in combos[:m]]
+
+
+def random_subsets(n_chunks: int, k: int, m: int, seed: int = 0) -> list[tuple[int, ...]]:
+    """The no-clustering ablation: m unique random k-subsets of the chunks."""
+    rng = np.random.default_rng(seed)
+    k = min(k, n_chunks)
+    total = math.comb(n_chunks, k)
+    out: list[tuple[int, ...]] = []
+    while len(out) < min(m, total):
+        pick = tuple(sorted(int(i) for i in rng.choice(n_chunks, size=k, replace=False)))
+        if pick not in out:
+            out.append(pick)
+    return out
+
+
+# --------------------------------------------------------------------------- draft
+@dataclass
+class DraftTokens:
+    """One draft as the drafter produced it (drafter token ids and per-token log-probs)."""
+
+    prompt: list[int]
+    rationale: list[int] = field(default_factory=list)
+    forced: list[int] = field(default_factory=list)  # "\nAnswer:" inserted after the rationale
+    answer: list[int] = field(default_factory=list)
+    rationale_lp: list[float] = field(default_factory=list)
+    answer_lp: list[float] = field(default_factory=list)
+    rationale_text: str = ""
+    answer_text: str = ""
+
+    @property
+    def logprob(self) -> float:
+        """log P(rationale) + log P(answer | rationale)."""
+        return float(sum(self.rationale_lp) + sum(self.answer_lp))
+
+    @property
+    def n_tokens(self) -> int:
+        return len(self.rationale) + len(self.answer)
+
+
+def draft_prompt(engine: Any, question: str, chunks: Sequence[str], cfg: SpecRagConfig) -> list[int]:
+    """Drafter prompt tokens: instructions, this subset's chunks, the question, then "Rationale:"."""
+    docs = "\n\n".join(f"[{i}] {c.strip()}" for i, c in enumerate(chunks, start=1))
+    msgs = [{"role": "system", "content": cfg.drafter_prompt},
+            {"role": "user", "content": f"Documents:\n{docs}\n\nQuestion: {question}"}]
+    return engine.encode_prompt(engine.prompt.render(msgs) + "Rationale:")
+
+
+def _logprob(row: np.ndarray, token: int) -> float:
+    """log softmax(row)[token], computed stably in float64."""
+    r = row.astype(np.float64)
+    mx = r.max()
+    return float(r[token] - mx - np.log(np.exp(r - mx).sum()))
+
+
+def _stops(text: str) -> bool:
+    return "\n" in text or "Answer" in text
+
+
+def draft(backend: Any, prompts: Sequence[list[int]], cfg: SpecRagConfig, seq_base: int = 0) -> list[DraftTokens]:
+    """Greedy drafts for all prompts at once: prompt i decodes in KV sequence seq_base + i.
+
+    Prefill shares KV: prompt i reuses the longest prefix it has in common with an earlier
+    prompt (the instructions always; the first chunk too when two subsets start with the same
+    chunk) by copying those cells (unified KV), so only its own remainder is decoded; see
+    ``share_plan``. Then each step is one llama_decode holding the next token of every
+    unfinished draft. Phases per draft: rationale (until a newline, "Answer", EOG or the token
+    limit) -> the forced tokens "\nAnswer:" -> answer (until a newline, EOG or the limit). The
+    stopping token is not part of the draft (nor of its log-probability).
+    """
+    n = len(prompts)
+    backend.reset()
+    forced = backend.tokenize("\nAnswer:", add_special=False)
+    seqs = [seq_base + i for i in range(n)]
+    parent, shared, waves = share_plan(prompts)
+    first: list[np.ndarray | None] = [None] * n
+    for wave in waves:  # one batched decode per wave of prompts (parents are always in earlier waves)
+        entries = []
+        for i in wave:
+            if parent[i] >= 0:
+                backend.seq_cp(seqs[parent[i]], seqs[i], 0, shared[i])
+            rest = prompts[i][shared[i]:]
+            entries += [(t, shared[i] + j, seqs[i], j == len(rest) - 1) for j, t in enumerate(rest)]
+        for i, row in zip(wave, _run(backend, entries), strict=True):
+            first[i] = row
+    drafts = [DraftTokens(prompt=list(p)) for p in prompts]
+    pos = [len(p) for p in prompts]
+    phase = ["rationale"] * n
+    feed = [_advance(backend, drafts[i], phase, i, first[i], forced, cfg) for i in range(n)]
+    while True:
+        active = [i for i in range(n) if phase[i] != "done"]
+        if not active:
+            break
+        entries = []
+        for i in active:
+            entries += [(t, pos[i] + j, seqs[i], j == len(feed[i]) - 1) for j, t in enumerate(feed[i])]
+        rows = _run(backend, entries)
+        for r, i in enumerate(active):
+            pos[i] += len(feed[i])
+            feed[i] = _advance(backend, drafts[i], phase, i, rows[r], forced, cfg)
+    backend.reset()
+    return drafts
+
+
+def share_plan(prompts: Sequence[Sequence[int]]) -> tuple[list[int], list[int], list[list[int]]]:
+    """(parent, shared, waves): prompt i copies its first shared[i] tokens' KV from prompt parent[i]
+    (-1: none) and decodes only the rest; waves group prompts whose parents are already decoded.
+
+    shared[i] <= len(prompt i) - 1, so every prompt decodes at least its last token (its logits).
+    """
+    parent, shared, depth = [], [], []
+    for i, p in enumerate(prompts):
+        best, at = 0, -1
+        for j in range(i):
+            lcp = _common_prefix([p, prompts[j]])
+            if lcp > best:
+                best, at = lcp, j
+        parent.append(at)
+        shared.append(min(best, len(p) - 1) if at >= 0 else 0)
+        depth.append(depth[at] + 1 if at >= 0 else 0)
+    waves = [[i for i in range(len(prompts)) if depth[i] == d] for d in range(max(depth, default=-1) + 1)]
+    return parent, shared, waves
+
+
+def _advance(backend: Any, d: DraftTokens, phase: list[str], i: int, row: np.ndarray, forced: list[int],
+             cfg: SpecRagConfig) -> list[int]:
+    """Pick draft i's next token from its logits row; update its phase; return what to feed next."""
+    tok = int(np.argmax(row))
+    lp = _logprob(row, tok)
+    piece = backend.token_bytes(tok).decode("utf-8", errors="replace")
+    if phase[i] == "rationale":
+        if backend.is_eog(tok) or _stops(d.rationale_text + piece) or len(d.rationale) >= cfg.rationale_tokens:
+            phase[i] = "answer"
+            d.forced = list(forced)
+            return list(forced)
+        d.rationale.append(tok)
+        d.rationale_lp.append(lp)
+        d.rationale_text += piece
+        return [tok]
+    if backend.is_eog(tok) or "\n" in piece or len(d.answer) >= cfg.answer_tokens:
+        phase[i] = "done"
+        return []
+    d.answer.append(tok)
+    d.answer_lp.append(lp)
+    d.answer_text += piece
+    if len(d.answer) >= cfg.answer_tokens:
+        phase[i] = "done"
+        return []
+    return [tok]
+
+
+def _common_prefix(seqs: Sequence[Sequence[int]]) -> int:
+    n = 0
+    for col in zip(*seqs, strict=False):
+        if any(t != col[0] for t in col):
+            break
+        n += 1
+    return n
+
+
+def _run(backend: Any, entries: list[tuple[int, int, int, bool]]) -> list[np.ndarray]:
+    """Decode (token, pos, seq, want_logits) entries in n_batch-sized decodes; copies of the wanted rows."""
+    rows: list[np.ndarray] = []
+    step = backend.n_batch
+    for start in range(0, len(entries), step):
+        part = entries[start : start + step]
+        toks, poss, seqs, outs = zip(*part, strict=True)
+        view = backend.decode_batch(toks, poss, seqs, outs)
+        rows += [np.array(view[j]) for j in range(view.shape[0])]
+    return rows
+
+
+# --------------------------------------------------------------------------- verify
+@dataclass
+class VerifyScore:
+    consistency: float
+    reflection: float
+    n_tokens: int  # answer + rationale tokens scored
+
+
+def verifier_segments(backend: Any, question: str, answer: str, rationale: str,
+                      cfg: SpecRagConfig) -> tuple[list[int], list[int], list[int]]:
+    """(tokens, scored positions for consistency, the "Yes" position) of one verifier input.
+
+    Layout: [BOS] "Question: q\\nAnswer:" + " answer" + "\\nRationale:" + " rationale" +
+    "\\n<reflection question>\\n" + "Yes". Segments are tokenized separately so the answer and
+    rationale tokens are exactly identifiable.
+    """
+    bos = bool(getattr(backend, "add_bos", True))
+    segs = [
+        (backend.tokenize(f"Question: {question}\nAnswer:", add_special=bos), False),
+        (backend.tokenize(" " + answer.strip(), add_special=False), True),
+        (backend.tokenize("\nRationale:", add_special=False), False),
+        (backend.tokenize(" " + rationale.strip(), add_special=False) if rationale.strip() else [], True),
+        (backend.tokenize(f"\n{cfg.reflection_question}\n", add_special=False), False),
+    ]
+    tokens: list[int] = []
+    scored: list[int] = []
+    for toks, is_scored in segs:
+        if is_scored:
+            scored += range(len(tokens), len(tokens) + len(toks))
+        tokens += toks
+    yes = backend.tokenize("Yes", add_special=False)
+    yes_at = len(tokens)
+    tokens += yes[:1]  # the first token of "Yes" (one token in both bundled vocabularies)
+    return tokens, scored, [yes_at]
+
+
+def verify(backend: Any, question: str, drafts: Sequence[tuple[str, str]], cfg: SpecRagConfig) -> list[VerifyScore]:
+    """Score every (answer, rationale) in one pass: all drafts are KV sequences of one batch.
+
+    Token t at position p is scored from the logits row of position p-1, so only those rows
+    are requested (the verifier's vocabulary is large; full rows for every token would cost
+    ~1 MB each for Gemma-3).
+    """
+    backend.reset()
+    entries, want = [], []  # want: (draft, kind, token) per requested row, in batch order
+    for s, (answer, rationale) in enumerate(drafts):
+        toks, scored, yes_at = verifier_segments(backend, question, answer, rationale, cfg)
+        need = {p - 1: ("c", toks[p]) for p in scored if p > 0}
+        need[yes_at[0] - 1] = ("y", toks[yes_at[0]])
+        for p, t in enumerate(toks):
+            out = p in need
+            entries.append((t, p, s, out))
+            if out:
+                want.append((s, *need[p]))
+    rows = _run(backend, entries)
+    cons = [0.0] * len(drafts)
+    refl = [0.0] * len(drafts)
+    count = [0] * len(drafts)
+    for (s, kind, tok), row in zip(want, rows, strict=True):
+        lp = _logprob(row, tok)
+        if kind == "c":
+            cons[s] += lp
+            count[s] += 1
+        else:
+            refl[s] = lp
+    backend.reset()
+    return [VerifyScore(cons[s], refl[s], count[s]) for s in range(len(drafts))]
+
+
+# --------------------------------------------------------------------------- select
+def combined_score(d: DraftTokens, v: VerifyScore | None) -> float:
+    """Length-normalised log score: mean draft log-prob + mean consistency log-prob + log p(Yes).
+
+    Without a verifier (drafter-only ablation) just the mean draft log-prob.
+    """
+    s = d.logprob / max(d.n_tokens, 1)
+    if v is not None:
+        s += v.consistency / max(v.n_tokens, 1) + v.reflection
+    return s
+
+
+def is_refusal(answer: str) -> bool:
+    a = answer.strip().lower()
+    return not a or any(r in a for r in REFUSALS)
+
+
+def select(drafts: list[Draft], cfg: SpecRagConfig) -> tuple[Draft | None, bool]:
+    """(best draft or None, supported): best by score; supported when it passes the threshold."""
+    usable = [d for d in drafts if not is_refusal(d.answer)]
+    if not usable:
+        return None, False
+    best = max(usable, key=lambda d: d.score)
+    return best, best.score >= cfg.min_score
+
+
+# --------------------------------------------------------------------------- pipeline
+class SpeculativeRAG:
+    """drafter (small, chat-tuned) + verifier (larger; any vocabulary) over a document index."""
+
+    def __init__(self, drafter: Any, verifier: Any, config: SpecRagConfig | None = None):
+        self.drafter = drafter
+        self.verifier = verifier
+        self.config = config or SpecRagConfig()
+
+    def answer(self, question: str, index: Any, gen: GenerationConfig | None = None,
+               config: SpecRagConfig | None = None) -> AnswerResult:
+        cfg = config or self.config
+        t0 = time.perf_counter()
+        hits, relevant = retrieve(index, question, cfg)
+        t_ret = time.perf_counter() - t0
+        name = index.config.collection if index is not None else None
+        searched = (f'searched "{question}" in collection "{name}" (top {cfg.n}): {len(hits)} chunks, '
+                    f"{len(relevant)} above relevance {cfg.min_relevance}") if index is not None else \
+            f'searched "{question}": no document index'
+        stats: dict = {"retrieve_s": t_ret, "n_retrieved": len(hits), "n_relevant": len(relevant)}
+        if not relevant:
+            stats["total_s"] = time.perf_counter() - t0
+            return self._unsupported(question, searched, [], stats, "nothing relevant was retrieved")
+        vectors = index.embedder.embed([h.text for h in relevant]) if cfg.cluster else None
+        return self.answer_from_chunks(question, relevant, vectors, searched, stats, cfg, t0)
+
+    def answer_from_chunks(self, question: str, hits: Sequence[Any], vectors: np.ndarray | None, searched: str,
+                           stats: dict, cfg: SpecRagConfig, t0: float | None = None) -> AnswerResult:
+        """Cluster -> subsets -> draft -> verify -> select over already retrieved chunks (best first)."""
+        t0 = time.perf_counter() if t0 is None else t0
+        t = time.perf_counter()
+        if cfg.cluster and vectors is not None:
+            subsets = make_subsets(cluster(vectors, cfg.k, cfg.seed), cfg.m)
+        else:
+            subsets = random_subsets(len(hits), cfg.k, cfg.m, cfg.seed)
+        stats["cluster_s"] = time.perf_counter() - t
+        t = time.perf_counter()
+        prompts = [draft_prompt(self.drafter, question, [hits[i].text for i in sub], cfg) for sub in subsets]
+        toks = draft(self.drafter.backend, prompts, cfg)
+        stats["draft_s"] = time.perf_counter() - t
+        t = time.perf_counter()
+        scores = None
+        if cfg.use_verifier:
+            scores = verify(self.verifier.backend, question,
+                            [(d.answer_text, d.rationale_text) for d in toks], cfg)
+        stats["verify_s"] = time.perf_counter() - t
+        drafts = [Draft(answer=d.answer_text.strip(), rationale=d.rationale_text.strip(),
+                        citations=[Citation.from_hit(hits[i]) for i in sub], draft_logprob=d.logprob,
+                        consistency=scores[j].consistency if scores else 0.0,
+                        reflection=scores[j].reflection if scores else 0.0,
+                        score=combined_score(d, scores[j] if scores else None), n_draft_tokens=d.n_tokens,
+                        n_verify_tokens=scores[j].n_tokens if scores else 0, subset=tuple(sub))
+                  for j, (d, sub) in enumerate(zip(toks, subsets, strict=True))]
+        drafts.sort(key=lambda d: d.score, reverse=True)
+        best, supported = select(drafts, cfg)
+        stats.update(n_drafts=len(drafts), draft_tokens=sum(d.n_draft_tokens for d in drafts),
+                     total_s=time.perf_counter() - t0, threshold=cfg.min_score)
+        if not supported:
+            why = "no draft passed the support threshold" if best is not None else "every draft declined to answer"
+            return self._unsupported(question, searched, drafts, stats, why)
+        text = best.answer if not best.rationale else f"{best.answer}\n\nRationale: {best.rationale}"
+        return AnswerResult(text=text, mode="specrag", citations=list(best.citations), supported=True,
+                            drafts=drafts, stats=stats, searched=searched)
+
+    @staticmethod
+    def _unsupported(question: str, searched: str, drafts: list[Draft], stats: dict, why: str) -> AnswerResult:
+        stats["unsupported_reason"] = why
+        text = f"The documents don't answer this question ({why}).\nWhat was searched: {searched}"
+        return AnswerResult(text=text, mode="specrag", citations=[], supported=False, drafts=drafts, stats=stats,
+                            searched=searched)

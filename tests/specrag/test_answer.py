@@ -1,0 +1,82 @@
+"""The answer layer (Answerer) on a real index and the real bundled model: plain RAG streaming,
+citations = the chunks stuffed into the prompt, no-index answers, specrag through the same API,
+rasd (lossless: same text as plain), and the ``ask`` CLI.
+
+Run: HF_HUB_OFFLINE=1 .venv/bin/python -m pytest tests/specrag/test_answer.py -q
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from localrag.answer import Answerer, AnswerResult, rag_messages
+from localrag.config import GenerationConfig, SpecRagConfig
+
+pytestmark = pytest.mark.slow
+
+GEN = GenerationConfig(max_tokens=24)
+Q = "How many days of notice are needed to terminate the agreement?"
+
+
+def _collect(stream):
+    items = list(stream)
+    assert items and isinstance(items[-1], AnswerResult)
+    assert all(isinstance(x, str) for x in items[:-1])
+    return "".join(items[:-1]), items[-1]
+
+
+def test_plain_mode_streams_then_cites_the_stuffed_chunks(index, drafter):
+    ans = Answerer(drafter, index)
+    text, result = _collect(ans.stream(Q, [], "plain", GEN, k=3))
+    assert result.mode == "plain" and result.supported and result.drafts == []
+    assert result.text == text.strip() and text.strip()
+    hits = index.search(Q, 3)
+    assert [c.chunk_id for c in result.citations] == [h.chunk_id for h in hits]
+    assert "contract.md" in result.citations[0].label
+    system = rag_messages(Q, hits, [])[0]["content"]
+    assert all(c.text.strip() in system for c in result.citations)
+    assert 'collection "t"' in result.searched and "top 3" in result.searched
+    for key in ("retrieve_s", "prefill_s", "decode_s", "total_s"):
+        assert result.stats[key] >= 0
+
+
+def test_history_is_kept_and_no_index_answers_without_documents(drafter):
+    ans = Answerer(drafter, None)
+    history = [{"role": "user", "content": "My name is Ada."}, {"role": "assistant", "content": "Hello Ada!"}]
+    result = ans.ask("What is my name?", "plain", GEN, history=history)
+    assert result.citations == [] and not result.supported
+    assert "without documents" in result.searched and result.stats["note"] == "no index"
+    with pytest.raises(ValueError, match="unknown mode"):
+        ans.ask("x", "fast")
+
+
+def test_specrag_mode_through_the_answerer(index, drafter, verifier):
+    ans = Answerer(drafter, index, verifier=verifier, spec_config=SpecRagConfig(m=2, answer_tokens=8,
+                                                                                 rationale_tokens=16))
+    text, result = _collect(ans.stream(Q, [], "specrag", GEN))
+    assert result.mode == "specrag" and text == result.text and len(result.drafts) >= 1
+    assert result.supported == bool(result.citations)
+
+
+def test_rasd_mode_without_the_spec_package_fails_clearly(index, drafter, monkeypatch):
+    # RASD's own losslessness is tested with localrag.spec (issue 4); here: the wiring's error path.
+    monkeypatch.setitem(sys.modules, "localrag.spec", None)
+    with pytest.raises(RuntimeError, match="rasd mode unavailable"):
+        Answerer(drafter, index).ask(Q, "rasd", GEN, k=2)
+
+
+def test_ask_cli_json(index, corpus):
+    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    out = subprocess.run([sys.executable, "-m", "localrag", "ask", Q, "--mode", "plain", "--collection", "t",
+                          "--index-dir", str(index.config.index_dir), "--k", "2", "--max-tokens", "12",
+                          "--threads", "2", "--json"], capture_output=True, text=True, env=env, timeout=240)
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["mode"] == "plain" and len(data["citations"]) == 2
+    assert data["citations"][0]["label"].startswith("contract.md")

@@ -1,0 +1,147 @@
+"""Speculative RAG on real models: score arithmetic by hand, concurrent == sequential drafting,
+the unsupported-answer path, and citations of the chunks actually used.
+
+Drafter: bundled SmolLM2-135M-Instruct; verifier: bundled Gemma-3-270M (another vocabulary).
+Run: HF_HUB_OFFLINE=1 .venv/bin/python -m pytest tests/specrag/test_pipeline.py -q
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from localrag.config import SpecRagConfig
+from localrag.specrag import (
+    SpeculativeRAG,
+    draft,
+    draft_prompt,
+    retrieve,
+    verifier_segments,
+    verify,
+)
+
+pytestmark = pytest.mark.slow
+
+CFG = SpecRagConfig(rationale_tokens=16, answer_tokens=8, m=3)
+NOTICE_Q = "How many days of notice are needed to terminate the agreement?"
+
+
+def _logsoftmax(row: np.ndarray) -> np.ndarray:
+    r = row.astype(np.float64)
+    return r - r.max() - np.log(np.exp(r - r.max()).sum())
+
+
+def _prompts(drafter, corpus_texts: list[str]) -> list[list[int]]:
+    return [draft_prompt(drafter, NOTICE_Q, texts, CFG) for texts in corpus_texts]
+
+
+SUBSETS = [
+    ["Either party may terminate this agreement with 30 days written notice.",
+     "Tomatoes need full sun and deep watering twice a week."],
+    ["Invoices are due within 14 days of receipt. Late payments carry a 2% monthly fee.",
+     "The blue ferry Aurora leaves for the island at seven in the morning."],
+    ["Either party may terminate this agreement with 30 days written notice.",
+     "Turn the compost heap every fortnight."],
+]
+
+
+def test_concurrent_drafting_equals_sequential(drafter):
+    prompts = _prompts(drafter, SUBSETS)
+    together = draft(drafter.backend, prompts, CFG)
+    one_by_one = [draft(drafter.backend, [p], CFG)[0] for p in prompts]
+    for a, b in zip(together, one_by_one, strict=True):
+        assert a.rationale + a.forced + a.answer == b.rationale + b.forced + b.answer
+        assert a.answer_text == b.answer_text and a.rationale_text == b.rationale_text
+        assert a.logprob == pytest.approx(b.logprob, abs=0.05 * max(a.n_tokens, 1) + 0.1)
+    assert any(d.answer for d in together)
+    assert drafter.backend.n_past == 0  # every draft sequence was cleared
+
+
+def test_draft_logprob_matches_token_by_token_decoding(drafter):
+    d = draft(drafter.backend, _prompts(drafter, SUBSETS[:1]), CFG)[0]
+    assert d.n_tokens > 0
+    be = drafter.backend
+    be.reset()
+    logits = be.prefill(d.prompt)
+    by_hand = 0.0
+    # log P(rationale) + log P(answer | rationale): the forced "\nAnswer:" tokens are fed, not scored.
+    for tok, scored in [(t, True) for t in d.rationale] + [(t, False) for t in d.forced] + [(t, True) for t in d.answer]:
+        if scored:
+            by_hand += _logsoftmax(logits)[tok]
+            assert tok == int(np.argmax(logits))  # greedy
+        logits = be.decode_one(tok)
+    be.reset()
+    assert d.logprob == pytest.approx(by_hand, rel=0.05, abs=0.05 * d.n_tokens)
+
+
+def test_verifier_scores_match_token_by_token_decoding(verifier):
+    drafts = [("30 days", "Either party may terminate this agreement with 30 days written notice."),
+              ("14 days", "Invoices are due within 14 days.")]
+    scores = verify(verifier.backend, NOTICE_Q, drafts, CFG)
+    be = verifier.backend
+    for (answer, rationale), got in zip(drafts, scores, strict=True):
+        tokens, scored, yes_at = verifier_segments(be, NOTICE_Q, answer, rationale, CFG)
+        be.reset()
+        logp = [0.0]
+        logits = be.prefill(tokens[:1])
+        for tok in tokens[1:]:  # logp[p] = log p(tokens[p] | tokens[:p]), plain one-token decoding
+            logp.append(_logsoftmax(logits)[tok])
+            logits = be.decode_one(tok)
+        be.reset()
+        assert got.n_tokens == len(scored) > 0
+        # batched and one-token llama.cpp kernels differ slightly (a few hundredths per token)
+        assert got.consistency == pytest.approx(sum(logp[p] for p in scored), rel=0.05, abs=0.05 * len(scored))
+        # one token, batched vs one-by-one kernels: llama.cpp's numerics differ by a few tenths here
+        assert got.reflection == pytest.approx(logp[yes_at[0]], abs=0.5)
+        assert got.reflection < 0 and math.isfinite(got.consistency)
+    # the supported draft should look more consistent to the verifier than the wrong one
+    assert scores[0].consistency / scores[0].n_tokens > scores[1].consistency / scores[1].n_tokens
+
+
+def test_answer_reports_drafts_scores_timing_and_cites_the_used_chunks(index, drafter, verifier):
+    cfg = CFG.with_(min_score=-1e9)  # always supported: this test is about citations
+    result = SpeculativeRAG(drafter, verifier, cfg).answer(NOTICE_Q, index)
+    assert result.supported and result.mode == "specrag"
+    for key in ("retrieve_s", "cluster_s", "draft_s", "verify_s", "total_s"):
+        assert result.stats[key] >= 0
+    assert 1 <= len(result.drafts) <= cfg.m
+    assert len({d.subset for d in result.drafts}) == len(result.drafts)  # unique subsets
+    assert [d.score for d in result.drafts] == sorted((d.score for d in result.drafts), reverse=True)
+    best = result.drafts[0]
+    for d in result.drafts:
+        expect = d.draft_logprob / max(d.n_draft_tokens, 1) + d.consistency / max(d.n_verify_tokens, 1) + d.reflection
+        assert d.score == pytest.approx(expect)
+    # the citations are exactly the chunks of the winning subset, which is what its drafter saw
+    _, relevant = retrieve(index, NOTICE_Q, cfg)
+    used = [relevant[i] for i in best.subset]
+    assert [c.chunk_id for c in result.citations] == [h.chunk_id for h in used]
+    assert [c.label for c in result.citations] == [h.citation() for h in used]
+    prompt_text = drafter.backend.detokenize(draft_prompt(drafter, NOTICE_Q, [h.text for h in used], cfg))
+    for c in result.citations:
+        assert c.text.strip() in prompt_text
+        assert c.snippet and c.file.endswith((".md", ".txt"))
+    assert best.answer in result.text
+
+
+def test_nothing_relevant_means_no_answer_is_invented(index, drafter, verifier):
+    result = SpeculativeRAG(drafter, verifier, CFG).answer("What is the melting point of tungsten in kelvin?", index)
+    assert not result.supported
+    assert result.drafts == [] and result.citations == []
+    assert "documents don't answer" in result.text
+    assert "melting point of tungsten" in result.searched and result.searched in result.text
+    assert result.stats["unsupported_reason"] == "nothing relevant was retrieved"
+
+
+def test_no_draft_above_threshold_is_unsupported(index, drafter, verifier):
+    result = SpeculativeRAG(drafter, verifier, CFG.with_(min_score=1e9)).answer(NOTICE_Q, index)
+    assert not result.supported and result.citations == []
+    assert result.drafts  # shown for inspection, but not returned as the answer
+    assert "documents don't answer" in result.text and result.searched in result.text
+    assert all(d.answer not in result.text.split("\n")[0] or not d.answer for d in result.drafts)
+
+
+def test_no_index_is_unsupported(drafter, verifier):
+    result = SpeculativeRAG(drafter, verifier, CFG).answer(NOTICE_Q, None)
+    assert not result.supported and "no document index" in result.searched

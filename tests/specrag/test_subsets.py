@@ -1,0 +1,96 @@
+"""Clustering, subset construction, score arithmetic and selection (no LLM; fast).
+
+Run: .venv/bin/python -m pytest tests/specrag/test_subsets.py -q
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from localrag.answer import Draft
+from localrag.config import SpecRagConfig
+from localrag.specrag import (
+    DraftTokens,
+    VerifyScore,
+    cluster,
+    combined_score,
+    make_subsets,
+    random_subsets,
+    select,
+)
+
+
+def test_kmeans_separates_two_blobs():
+    rng = np.random.default_rng(1)
+    a = rng.normal([5, 0, 0], 0.1, size=(4, 3))
+    b = rng.normal([0, 5, 0], 0.1, size=(3, 3))
+    labels = cluster(np.vstack([a, b]), k=2, seed=0)
+    assert len(set(labels[:4])) == 1 and len(set(labels[4:])) == 1 and labels[0] != labels[4]
+
+
+def test_kmeans_degenerate_inputs():
+    assert list(cluster(np.ones((3, 4)), k=2)) == [0, 0, 0]  # identical vectors: one cluster
+    assert list(cluster(np.eye(4)[:1], k=2)) == [0]  # one chunk
+
+
+def test_subsets_take_one_chunk_per_cluster_unique_and_best_ranked_first():
+    labels = [0, 0, 1, 1, 0, 1]  # chunk i has retrieval rank i
+    subsets = make_subsets(labels, m=5)
+    assert len(subsets) == 5 and len(set(subsets)) == 5
+    for sub in subsets:
+        assert sorted(labels[i] for i in sub) == [0, 1]
+    assert subsets[0] == (0, 2)  # the two best-ranked chunks of different clusters
+    sums = [sum(s) for s in subsets]
+    assert sums == sorted(sums)
+
+
+def test_subsets_fewer_combinations_than_m():
+    assert make_subsets([0, 1], m=5) == [(0, 1)]
+    assert make_subsets([0, 0, 0], m=2) == [(0,), (1,)]  # one cluster: single-chunk drafts
+    three = make_subsets([0, 1, 2, 0], m=10)
+    assert len(three) == 2 and all(len(s) == 3 for s in three)
+
+
+def test_random_subsets_for_the_no_clustering_ablation():
+    subs = random_subsets(10, k=2, m=5, seed=3)
+    assert len(subs) == 5 and len(set(subs)) == 5 and all(len(s) == 2 and s[0] < s[1] for s in subs)
+    assert subs == random_subsets(10, k=2, m=5, seed=3)
+    assert len(random_subsets(3, k=2, m=5)) == 3  # C(3,2) = 3 is all there is
+
+
+def test_combined_score_is_length_normalised_sum_of_logs():
+    d = DraftTokens(prompt=[1], rationale=[5, 6, 7], answer=[8], rationale_lp=[-1.0, -2.0, -0.5], answer_lp=[-0.5])
+    v = VerifyScore(consistency=-8.0, reflection=-0.25, n_tokens=5)
+    assert d.logprob == pytest.approx(-4.0)
+    # mean draft log-prob (-4/4) + mean consistency (-8/5) + log p(Yes)
+    assert combined_score(d, v) == pytest.approx(-1.0 - 1.6 - 0.25)
+    assert combined_score(d, None) == pytest.approx(-1.0)  # drafter-only ablation
+    assert math.isfinite(combined_score(DraftTokens(prompt=[1]), VerifyScore(0.0, -1.0, 0)))
+
+
+def _draft(answer: str, score: float) -> Draft:
+    return Draft(answer=answer, rationale="", citations=[], draft_logprob=0.0, consistency=0.0, reflection=0.0,
+                 score=score)
+
+
+def test_select_skips_refusals_and_applies_the_threshold():
+    cfg = SpecRagConfig(min_score=-3.0)
+    best, ok = select([_draft("not in the documents", 0.0), _draft("30 days", -2.0), _draft("14 days", -2.5)], cfg)
+    assert best.answer == "30 days" and ok
+    best, ok = select([_draft("30 days", -4.0)], cfg)
+    assert best.answer == "30 days" and not ok
+    assert select([_draft("", 0.0), _draft("Unknown.", 0.0)], cfg) == (None, False)
+
+
+def test_share_plan_reuses_the_longest_earlier_prefix():
+    from localrag.specrag import share_plan
+
+    sys_, a, b, c = [1, 2, 3], [10, 11], [20, 21], [30, 31]
+    prompts = [sys_ + a + b, sys_ + a + c, sys_ + b + c, sys_ + a + b]
+    parent, shared, waves = share_plan(prompts)
+    assert parent == [-1, 0, 0, 0]
+    assert shared == [0, 5, 3, 6]  # the identical prompt still decodes its last token
+    assert waves == [[0], [1, 2, 3]]
