@@ -209,6 +209,7 @@ class RasdDecoder:
                 draft_skip = 0 if use_draft else draft_skip + 1
                 st["steps"] += 1
                 st["tokens"] += len(out)
+                st["accepted_per_step"].append(len(out))
                 st["oracle_tokens"] += depth + 1
                 st["oracle_cost_s"] += self.cost(size + 1)
                 tok = nxt
@@ -231,6 +232,7 @@ class RasdDecoder:
             drafted_by_source={},
             accepted_by_source={},
             tree_sizes=[],
+            accepted_per_step=[],  # tokens emitted by each target forward (the UI plots it)
             time_retrieve_s=0.0,
             time_draft_s=0.0,
             time_verify_s=0.0,

@@ -56,42 +56,6 @@ def _import(module: str, name: str) -> tuple[Any, str]:
         return None, f"{module} failed to import: {type(exc).__name__}: {exc}"
 
 
-def recording_step(decoder, stats: dict):
-    """Wrap a Decoder so ``stats["accepted_per_step"]`` lists the tokens accepted per target pass."""
-
-    def run(backend, context, logits, sampler):
-        counts: list[int] = []
-        try:
-            for accepted in decoder(backend, context, logits, sampler):
-                counts.append(len(accepted))
-                yield accepted
-        finally:
-            stats["accepted_per_step"] = counts
-
-    return run
-
-
-_RECORDING: dict[type, type] = {}
-
-
-def recording_answerer(cls: type) -> type:
-    """A subclass of the Answerer whose RASD decoder also records accepted tokens per step (for the plot)."""
-    if cls not in _RECORDING:
-        if not hasattr(cls, "_rasd_decoder"):
-            return cls
-
-        class Recording(cls):
-            def _rasd_decoder(self, *args, **kwargs):
-                out = super()._rasd_decoder(*args, **kwargs)
-                if isinstance(out, dict) and "decoder" in out and isinstance(out.get("decoder_stats"), dict):
-                    out = {**out, "decoder": recording_step(out["decoder"], out["decoder_stats"])}
-                return out
-
-        Recording.__name__ = Recording.__qualname__ = f"Recording{cls.__name__}"
-        _RECORDING[cls] = Recording
-    return _RECORDING[cls]
-
-
 class Services:
     """Long-lived state shared by every browser tab. Generation is serialised by ``lock``."""
 
@@ -251,8 +215,6 @@ class Services:
             factory, why = _import("localrag.answer", "Answerer")
             if factory is None:
                 raise RuntimeError(why)
-        if isinstance(factory, type):
-            factory = recording_answerer(factory)
         return factory(self.engine, index, verifier=verifier, rasd_draft=draft), notes
 
     def close(self) -> None:

@@ -98,7 +98,7 @@ class FakeAnswerer:
         drafts = []
         if mode == "rasd":
             stats["generation"]["tokens_per_step"] = 2.5
-            stats["generation"]["extra"] = {"speedup": 1.8, "accepted_per_step": [1, 3, 4, 2]}
+            stats["generation"]["extra"] = {"speedup_vs_plain": 1.8, "accepted_per_step": [1, 3, 4, 2]}
         if mode == "specrag":
             drafts = [Draft("Marta Ilves", "The text says Marta Ilves polished it.", [citation()], -3.2, -4.1, -0.2, -1.1),
                       Draft("Quillfield", "The town is Quillfield.", [citation()], -2.9, -6.0, -2.3, -3.4)]

@@ -235,7 +235,7 @@ def test_remove_document_deletes_staged_copy(make_services, tmp_path):
 
 def test_stats_line_variants():
     assert stats_line("plain", {}) == "⚡ Plain"
-    line = stats_line("rasd", {"generation": {"decode_tps": 10, "extra": {"mean_accepted": 3.0}}, "speedup": 2})
+    line = stats_line("rasd", {"generation": {"decode_tps": 10, "extra": {"mean_accepted": 3.0, "speedup_vs_plain": 2}}})
     assert line == "⚡ Speedup (RASD) · 10.0 tok/s · 3.00 accepted tokens/step · 2.00× vs plain (est.)"
     assert accepted_per_step({"generation": {"extra": {"accepted_per_step": [1, 2]}}}) == [1, 2]
 
