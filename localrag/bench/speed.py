@@ -94,7 +94,10 @@ class PldRunner:
 
         self.draft = LlamaPromptLookupDecoding(num_pred_tokens=10)
         kw = {"n_threads": threads} if threads else {}
-        self.llm = Llama(model_path=model_path, n_ctx=n_ctx, verbose=False, draft_model=self.draft, **kw)
+        # logits_all=True: Llama sizes its scores buffer from the logits_all *argument* even though a
+        # draft model forces logits_all on, so prompts over n_batch tokens overflow it otherwise.
+        self.llm = Llama(model_path=model_path, n_ctx=n_ctx, verbose=False, draft_model=self.draft,
+                         logits_all=True, **kw)
 
     def _timed(self, ids, cfg, draft) -> tuple[float, str, int]:
         self.llm.draft_model = draft
