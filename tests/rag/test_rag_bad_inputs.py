@@ -3,14 +3,17 @@
 One folder holds all the bad cases next to good files and is ingested once
 (module fixture); each case is its own test. The unreadable file needs a real
 permission failure: tests usually run as root, for whom ``chmod 000`` blocks
-nothing, so that ingest runs with the effective uid switched to ``nobody``
-(``os.seteuid``), which makes the kernel refuse the read for real.
+nothing, so that ingest runs with root's permission-override capabilities
+(CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH) dropped, which makes the kernel refuse the
+read for real.
 
 Run: .venv/bin/python -m pytest tests/rag/test_rag_bad_inputs.py -q
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import os
 import shutil
 import tempfile
@@ -112,22 +115,46 @@ def test_unreadable_file():
         write(docs / "readable.md", "Otters hold hands while sleeping.\n")
         secret = write(docs / "secret.md", "nobody may read this\n")
         os.chmod(secret, 0o000)
-        as_root = os.geteuid() == 0
-        if as_root:
-            os.seteuid(65534)
-        try:
+        # As root, drop only the capabilities that bypass file permissions (DAC override), so the
+        # kernel really refuses the read while root's own files (the checkout, .venv) stay readable.
+        with _without_dac_override():
             with pytest.raises(PermissionError):
                 secret.read_bytes()  # the premise: this process really cannot read it
             idx = DocumentIndex(IndexConfig(index_dir=base / "index"))
             report = idx.ingest([docs])
             idx.close()
-        finally:
-            if as_root:
-                os.seteuid(0)
         assert report.added == 1
         assert _reason(report, "secret.md").startswith("unreadable: permission denied")
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _without_dac_override():
+    """Clear CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH from the effective set (capget/capset), then restore.
+
+    A no-op for a non-root user, who is refused by the mode bits anyway."""
+    if os.geteuid() != 0:
+        yield
+        return
+
+    class Header(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+    class Data(ctypes.Structure):
+        _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    header, data = Header(0x20080522, 0), (Data * 2)()  # _LINUX_CAPABILITY_VERSION_3: two 32-bit words
+    assert libc.capget(ctypes.byref(header), data) == 0
+    saved = data[0].effective
+    data[0].effective &= ~((1 << 1) | (1 << 2))  # CAP_DAC_OVERRIDE = 1, CAP_DAC_READ_SEARCH = 2
+    assert libc.capset(ctypes.byref(header), data) == 0, os.strerror(ctypes.get_errno())
+    try:
+        yield
+    finally:
+        data[0].effective = saved
+        assert libc.capset(ctypes.byref(header), data) == 0
 
 
 def _write_50mb(path: Path, mb: int = 50, sentinel: bool = True) -> int:
