@@ -2,6 +2,7 @@
 
     python -m localrag models
     python -m localrag generate "The capital of France is" --max-tokens 32 --json
+    python -m localrag generate --backend hf --device cpu --mode rasd --draft smollm2-135m-instruct "..."
     python -m localrag chat --model gemma3-270m
 """
 
@@ -20,6 +21,10 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpu-layers", type=int, default=-1, help="layers to offload (-1 = all when the build has a GPU)")
     p.add_argument("--ctx", type=int, default=4096, help="context length")
     p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--backend", choices=("llamacpp", "hf"), default="llamacpp",
+                   help="hf: load the model in transformers (an HF folder, or a GGUF dequantized)")
+    p.add_argument("--device", default=None, help="hf: cuda, mps or cpu (default: the first available)")
+    p.add_argument("--dtype", default=None, help="hf: float32, bf16 or fp16 (default: from the device)")
 
 
 def add_sampling_args(p: argparse.ArgumentParser) -> None:
@@ -32,7 +37,8 @@ def add_sampling_args(p: argparse.ArgumentParser) -> None:
 
 
 def model_config(args) -> ModelConfig:
-    return ModelConfig(model=args.model, n_gpu_layers=args.gpu_layers, n_ctx=args.ctx, n_threads=args.threads)
+    return ModelConfig(model=args.model, n_gpu_layers=args.gpu_layers, n_ctx=args.ctx, n_threads=args.threads,
+                       backend=args.backend, device=args.device, dtype=args.dtype)
 
 
 def generation_config(args) -> GenerationConfig:

@@ -70,6 +70,8 @@ class Sampler:
 
 
 # A decoder: (backend, context token ids, logits after the context, sampler) -> accepted token lists.
+# A decoder may also have a ``prefill(context)`` method: its own prompt work (a draft model's
+# prefill), run and timed with the target's prefill rather than the decode.
 Decoder = Callable[[Backend, list[int], np.ndarray, Sampler], Iterator[list[int]]]
 
 
@@ -182,6 +184,9 @@ class Generation:
         be, cfg, stats = self.backend, self.config, self.stats
         t0 = time.perf_counter()
         logits = backend_sync(be, self.prompt_tokens, stats)
+        decoder_prefill = getattr(self.decoder, "prefill", None)
+        if decoder_prefill is not None:
+            decoder_prefill(self.prompt_tokens)
         t1 = time.perf_counter()
         stats.prefill_seconds = t1 - t0
         steps = self.decoder(be, self.prompt_tokens, logits, Sampler(cfg))

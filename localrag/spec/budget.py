@@ -6,7 +6,9 @@ decoding. Both sides are measured on this machine, never assumed:
 * ``CostModel``: T(k) = seconds for one target forward over k tokens on top of a
   few hundred tokens of context, timed at load for k in 1..max_nodes and cached
   on disk per (model file, backend, device, threads) under LOCALRAG_CACHE_DIR
-  (default ~/.cache/localrag). Linear interpolation between measured points.
+  (default ~/.cache/localrag). Linear interpolation between measured points;
+  corrected online from every timed step (``observe``), since the machine's load
+  when the curve was cached need not be its load now.
 * ``Calibrator``: P(node accepted | parent accepted), learned online per
   (source, confidence bucket) with a Beta prior, from every verified node whose
   parent was accepted. A node's acceptance estimate a(v) is the product along
@@ -67,7 +69,8 @@ class CostModel:
     def __init__(self, ks: Sequence[int], seconds: Sequence[float]):
         self.ks = np.asarray(ks, dtype=np.float64)  # (m,) measured sizes, ascending
         self.sec = np.asarray(seconds, dtype=np.float64)  # (m,)
-        self._table = [self._interp(k) for k in range(int(self.ks[-1]) + 2)]  # T(k) for small k, precomputed
+        self._table: list[float] = []  # T(k) for k < ks[-1] + 2, precomputed
+        self._refresh()
 
     def __call__(self, k: int) -> float:
         if k < len(self._table):
@@ -79,6 +82,36 @@ class CostModel:
             return float(np.interp(k, self.ks, self.sec))
         slope = (self.sec[-1] - self.sec[-2]) / max(self.ks[-1] - self.ks[-2], 1.0)
         return float(self.sec[-1] + slope * (k - self.ks[-1]))
+
+    def observe(self, k: int, seconds: float, rate: float = 0.1) -> None:
+        """Online correction from a measured forward over k tokens.
+
+        The cached curve may come from a busier (or quieter) moment than now. In log
+        space, the measured/predicted ratio moves: for k = 1 (a plain step) the
+        whole curve, by `rate` (a load change scales every k alike, and plain steps
+        are all that is observed while speculation does not pay); for k > 1 the two
+        probe points bracketing k, by `rate` times their interpolation weight (the
+        shape). Outliers (a GC pause, a page fault) are clipped to a factor 4 so one
+        of them cannot wreck the curve.
+        """
+        if seconds <= 0 or k < 1:
+            return
+        ks = self.ks
+        ratio = min(max(seconds / self(k), 0.25), 4.0)
+        j = int(np.searchsorted(ks, k))  # ks[j-1] < k <= ks[j]
+        if k == 1:
+            self.sec *= ratio**rate
+        elif j == 0 or j >= len(ks):  # outside the probed sizes: the nearest end point
+            self.sec[min(j, len(ks) - 1)] *= ratio**rate
+        else:
+            w = (k - ks[j - 1]) / (ks[j] - ks[j - 1])
+            self.sec[j - 1] *= ratio ** (rate * (1.0 - w))
+            self.sec[j] *= ratio ** (rate * w)
+        self.sec = np.maximum.accumulate(self.sec)
+        self._refresh()
+
+    def _refresh(self) -> None:
+        self._table = np.interp(np.arange(int(self.ks[-1]) + 2), self.ks, self.sec).tolist()
 
     def to_dict(self) -> dict:
         return {"k": self.ks.astype(int).tolist(), "ms": [round(s * 1e3, 3) for s in self.sec]}
@@ -146,12 +179,16 @@ class CostModel:
 
 
 class Calibrator:
-    """P(child accepted | parent accepted) per (source, bucket), Beta posterior means.
+    """P(child accepted | parent accepted) per (source, bucket), Beta posterior means, pooled per source.
 
-    The prior for a bucket is centred on the bucket's own raw confidence (draft
-    probability or retrieval frequency ratio), weight `prior_weight`, halved for
-    one-token retrieval matches (weak evidence); data replaces it within a few
-    steps. Nothing here depends on the hardware.
+    A bucket is (source, confidence bucket, match length). Its prior is centred on the
+    pooled posterior of its whole source (every bucket of the same scorer and origin,
+    itself starting from the bucket's raw confidence: draft probability or retrieval
+    frequency, halved for one-token retrieval matches), with weight ``prior_weight``.
+    So a bucket seen for the first time starts from what its source has shown so far
+    (a model that paraphrases rather than quotes makes every retrieval bucket start
+    low), and its own data replaces that within a few steps. Nothing here depends on
+    the hardware.
     """
 
     EDGES = (0.02, 0.1, 0.25, 0.5, 0.75, 0.9)  # buckets of the raw confidence (draft p or frequency ratio)
@@ -159,20 +196,26 @@ class Calibrator:
 
     def __init__(self, prior_weight: float = 2.0):
         self.weight = prior_weight
-        self.hits: dict[tuple, list[float]] = {}
+        self.hits: dict[tuple, list[float]] = {}  # bucket -> [accepted, rejected]
+        self.pooled: dict[str, list[float]] = {}  # source -> [accepted, rejected] over all its buckets
+        self.n_updates = 0
 
     def key(self, source: str, confidence: float, match_len: int = 0) -> tuple:
         b = bisect.bisect_right(self.EDGES, confidence)
         return (source, b, min(match_len, 4))
 
     def p(self, key: tuple) -> float:
+        raw = self.MIDS[key[1]] * (0.5 if key[2] == 1 else 1.0)
+        pa, pr = self.pooled.get(key[0], (0.0, 0.0))
+        prior = (pa + self.weight * raw) / (pa + pr + self.weight)  # the source's posterior
         a, r = self.hits.get(key, (0.0, 0.0))
-        mean = self.MIDS[key[1]] * (0.5 if key[2] == 1 else 1.0)
-        return (a + self.weight * mean) / (a + r + self.weight)
+        return (a + self.weight * prior) / (a + r + self.weight)
 
     def update(self, key: tuple, accepted: bool) -> None:
-        h = self.hits.setdefault(key, [0.0, 0.0])
-        h[0 if accepted else 1] += 1.0
+        i = 0 if accepted else 1
+        self.hits.setdefault(key, [0.0, 0.0])[i] += 1.0
+        self.pooled.setdefault(key[0], [0.0, 0.0])[i] += 1.0
+        self.n_updates += 1
 
 
 def plan(

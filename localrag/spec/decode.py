@@ -55,6 +55,7 @@ class RasdDecoder:
         draft: Backend | None = None,
         documents: Sequence[str] = (),
         cost: CostModel | None = None,
+        calibrator: Calibrator | None = None,
     ):
         self.target = target
         self.spec = spec
@@ -69,10 +70,15 @@ class RasdDecoder:
                 else CostModel.linear()
             )
         self.cost = cost
-        self.calibrator = Calibrator()
+        self.calibrator = calibrator if calibrator is not None else Calibrator()
         self.datastore = Datastore(target.n_vocab, spec.max_match, spec.min_match)
         self.set_documents(documents)
         self.stats: dict = {}
+        self._prefill_s = 0.0  # the draft's prompt prefill (see prefill), reported in the stats
+        self._pays: tuple = (None, [])  # _may_pay's cache: (stamp, pays per match-length class)
+        # diagnostics (bench, tests): when a list, the logits row each emitted token after the first
+        # was chosen from is appended, so batched-vs-single numerics can be compared with plain's
+        self.record_logits: list[np.ndarray] | None = None
         # realised tokens/s of steps that ran the draft model vs those that did not (a two-armed bandit)
         self._rate = {"draft": float("inf"), "nodraft": 1.0 / self.cost(1)}
         # steps to wait before re-probing speculation / the draft model (doubles after each failed probe)
@@ -87,20 +93,30 @@ class RasdDecoder:
     # --- phases -------------------------------------------------------------------
     def _may_pay(self, match_len: int) -> bool:
         """Could any retrieval tree for a match this long beat plain? (skip building it if not).
-        Upper bound: a chain whose every node has the best calibrated acceptance of any bucket."""
+
+        Upper bound: a chain whose every node has the best calibrated acceptance of any bucket.
+        Cached per match-length class until the calibrator learns something or 32 steps pass
+        (the cost curve drifts slowly), so a run of plain steps costs no lookups at all."""
         if not self.spec.use_budget:
             return True
         cal = self.calibrator
-        p = max(cal.p(cal.key(f"r{RETRIEVAL}", c, match_len)) for c in cal.MIDS)
-        chain = [p**d for d in range(1, self.spec.max_depth + 1)]
-        return plan(chain, self.cost, 0.0, self.spec.min_gain)[0] > 0
+        stamp = (cal.n_updates, self.stats.get("steps", 0) // 32)
+        if self._pays[0] != stamp:
+            pays = []
+            for length in range(5):  # match lengths 0..3 and >= 4 (the calibrator's classes)
+                p = max(cal.p(cal.key(f"r{RETRIEVAL}", c, length)) for c in cal.MIDS)
+                chain = [p**d for d in range(1, self.spec.max_depth + 1)]
+                pays.append(plan(chain, self.cost, 0.0, self.spec.min_gain)[0] > 0)
+            self._pays = (stamp, pays)
+        pays = self._pays[1]
+        return pays[min(match_len, 4)] if match_len else any(pays[1:])
 
     def propose(self, ctx: list[int], root: int, use_draft: bool, force: bool = False) -> Proposal:
         """Retrieval trie (timed), draft tree (timed), RASD prune + fuse."""
         s, st = self.spec, self.stats
         t0 = time.perf_counter()
         rtree, mlen = TokenTree(root), 0
-        if s.use_retrieval:
+        if s.use_retrieval and (use_draft or force or self._may_pay(0)):
             self.datastore.set_context(ctx)
             match = self.datastore.longest_match(ctx)
             if match is not None and (use_draft or force or self._may_pay(match.length)):
@@ -128,6 +144,8 @@ class RasdDecoder:
         """ONE target forward over the tree, lossless acceptance, KV commit of root + path."""
         rows = self.target.eval_tree(vt.tokens, vt.parents)  # (n, V) views, valid until the next decode
         path, bonus = accept(vt, rows, sampler)
+        if self.record_logits is not None:  # row path[j] chose token j+1 of this step's output
+            self.record_logits.extend(np.array(rows[i], dtype=np.float32) for i in path)
         self.target.commit_path(path)
         return path, bonus
 
@@ -144,19 +162,23 @@ class RasdDecoder:
                 self.calibrator.update(keys[old[i]], i in on_path)
 
     # --- the loop -----------------------------------------------------------------
+    def prefill(self, context: list[int]) -> None:
+        """The draft's prompt prefill, run by Generation in its prefill phase (timed there)."""
+        self._prefill_s = 0.0
+        if self.draft is not None:
+            t0 = time.perf_counter()
+            self.draft.sync(context)
+            self._prefill_s = time.perf_counter() - t0
+
     def __call__(
         self, backend: Backend, context: list[int], logits: np.ndarray, sampler: Sampler
     ) -> Iterator[list[int]]:
         if backend is not self.target:
             raise ValueError("this RASD decoder was built for another backend")
         st = self._reset_stats()
-        t1 = self.cost(1)
+        st["time_draft_prefill_s"], self._prefill_s = self._prefill_s, 0.0
         tok = sampler.pick(logits)
         yield [tok]
-        if self.draft is not None:  # the draft's prompt prefill, kept out of the draft arm's measured rate
-            t_sync = time.perf_counter()
-            self.draft.sync(backend.tokens + [tok])
-            st["time_draft_prefill_s"] = time.perf_counter() - t_sync
         plain_run, draft_skip = 0, 0
         busy = 0.0
         try:
@@ -176,8 +198,13 @@ class RasdDecoder:
                 keep, gain = choose(prop, acc, self.spec, self.cost, 0.0, force, self.max_nodes)
                 if not keep:  # speculation does not pay now: one plain step
                     tv = time.perf_counter()
-                    nxt = sampler.pick(backend.decode_one(tok))
-                    st["time_plain_s"] += time.perf_counter() - tv
+                    row = backend.decode_one(tok)
+                    nxt = sampler.pick(row)
+                    tv = time.perf_counter() - tv
+                    if self.record_logits is not None:
+                        self.record_logits.append(np.array(row, dtype=np.float32))
+                    st["time_plain_s"] += tv
+                    self.cost.observe(1, tv)
                     st["plain_steps"] += 1
                     plain_run += 1
                     out, depth, size = [nxt], 0, 0
@@ -185,7 +212,9 @@ class RasdDecoder:
                     vt = prop.tree.select(keep)
                     tv = time.perf_counter()
                     path, nxt = self.verify(vt, sampler)
-                    st["time_verify_s"] += time.perf_counter() - tv
+                    tv = time.perf_counter() - tv
+                    st["time_verify_s"] += tv
+                    self.cost.observe(len(vt), tv)
                     self._learn(vt, sorted(keep), keys, path)
                     st["spec_steps"] += 1
                     st["probe_steps"] += int(force)
@@ -215,7 +244,7 @@ class RasdDecoder:
                 tok = nxt
                 yield out
         finally:
-            self._finish_stats(busy, t1)
+            self._finish_stats(busy)
 
     # --- stats --------------------------------------------------------------------
     def _reset_stats(self) -> dict:
@@ -244,8 +273,9 @@ class RasdDecoder:
         )
         return st
 
-    def _finish_stats(self, busy: float, t1: float) -> None:
+    def _finish_stats(self, busy: float) -> None:
         st = self.stats
+        t1 = self.cost(1)  # as corrected online during this answer
         sizes = st.pop("tree_sizes")
         steps = max(st["steps"], 1)
         st["mean_accepted"] = st["tokens"] / steps  # tokens per target forward, bonus included
@@ -276,12 +306,15 @@ def make_rasd_decoder(
     draft: Backend | None = None,
     documents: Sequence[str] = (),
     cost: CostModel | None = None,
+    calibrator: Calibrator | None = None,
 ) -> tuple[Decoder, dict]:
     """A RASD decoder for `target` and the stats dict it fills per answer.
 
     draft: a backend from ``load_draft`` (same vocabulary) or None (retrieval only).
     documents: texts added to the retrieval datastore (the prompt is always in it).
     cost: a measured CostModel to share (default: measured at load / read from cache).
+    calibrator: acceptance statistics to share across answers with the same target and draft,
+        so a new answer starts from what earlier ones learned (default: a fresh prior).
     """
-    dec = RasdDecoder(target, spec or SpecConfig(), draft, documents, cost)
+    dec = RasdDecoder(target, spec or SpecConfig(), draft, documents, cost, calibrator)
     return dec, dec.stats

@@ -157,3 +157,27 @@ def test_real_gguf_conversion_cache_reloads_identically(hf_smollm2):
     hf_smollm2.reset()
     np.testing.assert_array_equal(again.prefill(ids), hf_smollm2.prefill(ids))
     hf_smollm2.reset()
+
+
+@pytest.mark.slow
+def test_generate_cli_runs_rasd_on_the_transformers_backend(hf_smollm2, tmp_path):
+    """`generate --backend hf --device cpu --mode rasd --draft ... --docs` end to end, in a subprocess:
+    the same text as plain decoding in transformers, with RASD stats."""
+    import json
+    import subprocess
+    import sys
+
+    doc = tmp_path / "router.txt"
+    doc.write_text(DOC, encoding="utf-8")
+    prompt = "The admin page of the Zephyr 300 router is at"
+    plain = Engine(hf_smollm2).complete(prompt, GenerationConfig(max_tokens=12)).run()
+    out = subprocess.run(
+        [sys.executable, "-m", "localrag", "generate", "--backend", "hf", "--device", "cpu", "--mode", "rasd",
+         "--draft", "smollm2-135m-instruct", "--docs", str(doc), "--max-tokens", "12", "--json", prompt],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout)
+    assert result["text"] == plain.text
+    extra = result["stats"]["extra"]
+    assert extra["mode"] == "rasd" and extra["steps"] >= 1 and extra["draft_steps"] >= 1

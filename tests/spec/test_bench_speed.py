@@ -6,9 +6,10 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
-from localrag.bench.speed import _first_divergence, summarise
+from localrag.bench.speed import _first_divergence, summarise, verify_noise
 
 
 def test_first_divergence():
@@ -25,11 +26,25 @@ def test_summarise_counts_near_ties():
         {"plain": plain, "rasd": {"tokens": [9, 2, 3, 4], "decode_s": 0.5, "stats": {"mean_accepted": 2.0}}},
     ]
     s = summarise(
-        {"rows": rows, "noise": {"max_margin_diff": 0.5, "max_abs_logit_diff": 1.0}}, ["plain", "rasd"]
+        {"rows": rows, "noise": {"max_margin_diff": 0.2, "max_abs_logit_diff": 0.5}}, ["plain", "rasd"]
     )
     r = s["rasd"]
     assert r["median_speedup"] == 2.0 and r["identical_rate"] == 1 / 3
     assert r["diverged_at_near_tie"] == 1 and r["diverged_not_near_tie"] == 1
+
+
+def test_verify_noise_counts_identical_contexts_only():
+    """Rows before the first divergence are compared; the divergence itself and what follows are not."""
+    single = [np.array([0.0, 0.0, 0.0]), np.array([3.0, 1.0, 0.0]), np.array([2.0, 1.9, 0.0]),
+              np.array([0.0, 5.0, 0.0])]
+    plain = {"tokens": [0, 0, 0, 1], "top2": [(0, 1), (0, 1), (0, 1), (1, 0)], "logits": single}
+    spec_rows = [single[1] + np.array([0.0, 0.25, 0.0]),  # picked token 1: margin 2.0 -> 1.75
+                 single[2] + np.array([0.0, 0.2, 0.0]),  # picked token 2 (the flip: 1 instead of 0)
+                 single[3] + 9.0]
+    got = verify_noise(plain, spec_rows, [0, 0, 1, 1])
+    assert got == {"max_abs_logit_diff": 0.25, "max_margin_diff": 0.25}
+    same = verify_noise(plain, spec_rows[:1] + [single[2], single[3] + 9.0], [0, 0, 0, 1])
+    assert same["max_abs_logit_diff"] == 9.0 and same["max_margin_diff"] == 0.25
 
 
 @pytest.mark.slow

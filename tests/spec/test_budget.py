@@ -28,6 +28,37 @@ def test_calibrator_learns():
     assert cal.key("r2", 0.95, 9) == ("r2", 6, 4)
 
 
+def test_calibrator_new_bucket_starts_from_its_source():
+    """A model that never accepts retrieved text: an unseen retrieval bucket starts low, a draft one does not."""
+    cal = Calibrator()
+    for _ in range(30):
+        cal.update(cal.key("r2", 0.6, 3), False)
+    fresh = cal.key("r2", 0.95, 2)
+    assert cal.p(fresh) < 0.15
+    assert cal.p(cal.key("d1", 0.95, 0)) == 0.95
+    for _ in range(20):  # the bucket's own data still decides
+        cal.update(fresh, True)
+    assert cal.p(fresh) > 0.8
+
+
 def test_cost_model_interpolates_and_extrapolates():
     c = CostModel([1, 2, 4], [1.0, 2.0, 4.0])
     assert c(3) == 3.0 and c(8) == 8.0
+
+
+def test_cost_model_heals_a_stale_curve_online():
+    """A curve cached under load (5x too slow) converges to the quiet machine's within a few dozen steps."""
+    true = CostModel([1, 2, 4, 8, 16], [0.008, 0.012, 0.016, 0.024, 0.040])
+    stale = CostModel(true.ks, true.sec * 5)
+    for _ in range(60):  # plain steps only see k=1, yet the whole curve follows the load change
+        stale.observe(1, true(1))
+    assert abs(stale(1) / true(1) - 1) < 0.1
+    assert abs(stale(8) / true(8) - 1) < 0.3
+    for step in range(200):  # speculative steps of several sizes fix the shape
+        k = (3, 6, 12)[step % 3]
+        stale.observe(k, true(k))
+        stale.observe(1, true(1))
+    for k in (1, 3, 6, 12):
+        assert abs(stale(k) / true(k) - 1) < 0.1, k
+    stale.observe(4, 100.0)  # one outlier moves a point by at most 4 ** 0.1
+    assert stale(4) < true(4) * 4**0.1 * 1.1

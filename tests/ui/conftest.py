@@ -81,8 +81,9 @@ class FakeAnswerer:
     fail: Exception | None = None
     on_piece = None  # callback(i) after each piece (tests use it to press Stop)
 
-    def __init__(self, engine, index, verifier=None, rasd_draft=None, **_) -> None:
+    def __init__(self, engine, index, verifier=None, rasd_draft=None, **kwargs) -> None:
         self.engine, self.index, self.verifier, self.rasd_draft = engine, index, verifier, rasd_draft
+        self.kwargs = kwargs
         self.calls: list[tuple] = []
 
     def stream(self, question, history, mode, gen, k=5, collection=None):
