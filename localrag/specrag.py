@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -332,6 +333,26 @@ def combined_score(d: DraftTokens, v: VerifyScore | None) -> float:
     return s
 
 
+_LEAD_IN = re.compile(
+    r"^(?:(?:answer|final answer|rationale|a)\s*:|the answer is:?|(?:according to|based on|from) (?:the )?"
+    r"(?:documents?|sources?|text|passage|context)\b[^,]*,)\s*",
+    re.I,
+)
+
+
+def short_answer(text: str) -> str:
+    """The answer as a phrase: its first line, without lead-ins ("Answer:", "The answer is",
+    "According to the documents, ..."), wrapping quotes or markup, and a final full stop."""
+    line = next((ln.strip() for ln in text.strip().splitlines() if ln.strip()), "")
+    while True:
+        cut = _LEAD_IN.sub("", line, count=1).strip()
+        if cut == line:
+            break
+        line = cut
+    line = line.strip(" *\"'`")
+    return line[:-1].rstrip() if line.endswith(".") else line
+
+
 def is_refusal(answer: str) -> bool:
     a = answer.strip().lower()
     return not a or any(r in a for r in REFUSALS)
@@ -392,7 +413,7 @@ class SpeculativeRAG:
             scores = verify(self.verifier.backend, question,
                             [(d.answer_text, d.rationale_text) for d in toks], cfg)
         stats["verify_s"] = time.perf_counter() - t
-        drafts = [Draft(answer=d.answer_text.strip(), rationale=d.rationale_text.strip(),
+        drafts = [Draft(answer=short_answer(d.answer_text), rationale=d.rationale_text.strip(),
                         citations=[Citation.from_hit(hits[i]) for i in sub], draft_logprob=d.logprob,
                         consistency=scores[j].consistency if scores else 0.0,
                         reflection=scores[j].reflection if scores else 0.0,

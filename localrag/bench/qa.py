@@ -144,11 +144,6 @@ def score_answer(pred: str, answers: tuple[str, ...]) -> dict:
             "contained": max(float(bool(normalize(a)) and normalize(a) in normalize(pred)) for a in answers)}
 
 
-def first_line(text: str) -> str:
-    line = text.strip().split("\n")[0].strip()
-    return re.sub(r"^(answer|rationale)\s*:\s*", "", line, flags=re.I).strip()
-
-
 # ------------------------------------------------------------------ methods
 def run_question(answerer, norag, pipeline, rec: QARecord, gen, spec_cfg, k: int) -> dict:
     """Every method on one question: {method: (prediction or None = abstained, latency s)}, plus
@@ -178,7 +173,10 @@ def run_question(answerer, norag, pipeline, rec: QARecord, gen, spec_cfg, k: int
 
 
 def _pred(text: str, is_refusal) -> str | None:
-    line = first_line(text)
+    """Every method's reply is reduced to its answer phrase the same way (specrag.short_answer)."""
+    from localrag.specrag import short_answer
+
+    line = short_answer(text)
     return None if is_refusal(line) else line
 
 
@@ -228,7 +226,7 @@ def _pct(x) -> float:
 # ------------------------------------------------------------------ runner
 def run_qa(suite: str | None, data: str | None, n: int | None, seed: int = 0, k: int = 5,
            model: str | None = None, verifier: str = "gemma3-270m", progress=None, limit: int | None = None,
-           out: str | None = None) -> dict:
+           out: str | None = None, min_score: float | None = None) -> dict:
     """Run every method on the sample; ``limit``: evaluate only the first questions of the sample
     (the collection still holds all N questions' documents); ``out``: rewrite partial results there
     after every question."""
@@ -245,7 +243,7 @@ def run_qa(suite: str | None, data: str | None, n: int | None, seed: int = 0, k:
     ingest_s = time.perf_counter() - t0
     engine = Engine.load(ModelConfig(model=model) if model else ModelConfig())
     ver = Engine.load(ModelConfig(model=verifier, n_batch=1024))
-    spec_cfg = SpecRagConfig()
+    spec_cfg = SpecRagConfig() if min_score is None else SpecRagConfig(min_score=min_score)
     answerer = Answerer(engine, index, verifier=ver, specrag_config=spec_cfg, instructions=QA_INSTRUCTIONS)
     pipeline = SpeculativeRAG(engine, ver, spec_cfg)
     gen = GenerationConfig(max_tokens=32)
@@ -293,6 +291,8 @@ def add_bench_cli(bench_subparsers) -> None:
     p.add_argument("--verifier", default="gemma3-270m")
     p.add_argument("--limit", type=int, default=None, help="evaluate only the first L sampled questions")
     p.add_argument("--out", default=None, help="also write (partial) results to this JSON file")
+    p.add_argument("--min-score", type=float, default=None,
+                   help="Speculative RAG support threshold (default: SpecRagConfig.min_score)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_qa)
 
@@ -303,7 +303,7 @@ def cmd_qa(args) -> int:
         print(f"[{i}/{total}] {rec.question[:60]!r} gold={list(rec.answers)[:2]} {shown}", file=sys.stderr)
 
     result = run_qa(args.suite, args.data, args.n, args.seed, args.k, verifier=args.verifier, progress=progress,
-                    limit=args.limit, out=args.out)
+                    limit=args.limit, out=args.out, min_score=args.min_score)
     if args.json:
         print(json.dumps(result, indent=2))
         return 0

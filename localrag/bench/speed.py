@@ -13,7 +13,8 @@ cache; the median time per method counts, so machine load hits all alike):
   draft      RASD decoder, draft-model tree only (needs --draft)
   rasd       RASD decoder, retrieval + draft (when --draft) fused, cost-aware budget
 
-Per suite it reports: median speedup over plain (per-prompt tokens/s ratio), tokens/s, mean
+Per suite it reports: median speedup over plain (tokens/s ratios per prompt and round, each against
+the plain run of the same round), tokens/s, mean
 accepted tokens per target forward, the rate of outputs identical to plain, and for each
 divergence whether plain's top-2 logit margin there was below the measured batched-vs-single
 noise bound (a near-tie; the bound is the largest logit difference between plain's logits and
@@ -191,7 +192,8 @@ def run_suite(
     """Every method on every prompt, `repeats` rounds interleaved; per method the median decode time.
 
     Tokens and stats come from the first round (greedy output does not depend on the round);
-    the time is the median over rounds, so one scheduling hiccup cannot decide a ratio."""
+    every round's time is kept (``decode_s_rounds``) for per-round ratios, and ``decode_s`` is
+    their median."""
     rows: list[dict] = []
     noise = {"max_abs_logit_diff": 0.0, "max_margin_diff": 0.0}
     for i, p in enumerate(prompts):
@@ -225,6 +227,7 @@ def run_suite(
             row[m] = {**rs[0], "decode_s": statistics.median(r["decode_s"] for r in rs),
                       "decode_s_rounds": [r["decode_s"] for r in rs]}
             if m == "pld":
+                row[m]["llama_plain_s_rounds"] = [r["llama_plain_s"] for r in rs]
                 row[m]["llama_plain_s"] = statistics.median(r["llama_plain_s"] for r in rs)
                 row[m]["speedup_vs_llama_plain"] = (
                     (row[m]["n"] / row[m]["decode_s"]) / (rs[0]["n_plain"] / row[m]["llama_plain_s"])
@@ -261,13 +264,23 @@ def summarise(result: dict, methods: list[str]) -> dict:
                 same += 1
                 continue
             x = r[m]
-            if m == "pld":
+            if m == "pld":  # against llama-cpp-python's own plain run, per round as below
                 t = x["n"] / x["decode_s"] if x["decode_s"] else 0.0
-                sp.append(x["speedup_vs_llama_plain"]), tps.append(t)
+                tps.append(t)
+                pairs = zip(x.get("llama_plain_s_rounds") or [x["llama_plain_s"]],
+                            x.get("decode_s_rounds") or [x["decode_s"]], strict=False)
+                n_plain = x.get("n_plain") or x["n"]
+                sp.extend((x["n"] / b) / (n_plain / a) if a and b else 0.0 for a, b in pairs)
                 same += int(x["identical"])
                 continue
             t = len(x["tokens"]) / x["decode_s"] if x["decode_s"] else 0.0
-            sp.append(t / p_tps if p_tps else 0.0), tps.append(t)
+            tps.append(t)
+            # one ratio per round, against the plain run of the same round (adjacent in time, so a
+            # slow drift of the machine cancels); the median is then over prompts x rounds
+            pr = plain.get("decode_s_rounds") or [plain["decode_s"]]
+            xr = x.get("decode_s_rounds") or [x["decode_s"]]
+            for a, b in zip(pr, xr, strict=False):
+                sp.append((len(x["tokens"]) / b) / (len(plain["tokens"]) / a) if a and b and plain["tokens"] else 0.0)
             st = x["stats"]
             acc.append(st.get("mean_accepted", 1.0))
             orc.append(st.get("oracle_speedup", 1.0))

@@ -219,10 +219,12 @@ class RasdDecoder:
                     st["spec_steps"] += 1
                     st["probe_steps"] += int(force)
                     plain_run = 0
-                    # a failed probe (nothing drafted accepted) doubles the wait before the next one
-                    base = self.spec.probe_every
-                    self._probe["spec"] = base if len(path) > 1 else min(self._probe["spec"] * 2, 64 * base)
                     out = [vt.tokens[i] for i in path[1:]] + [nxt]
+                    # a speculative step that lost to plain (fewer tokens than plain steps would have
+                    # made in its verify time) doubles the wait before the next probe; a win resets it
+                    base = self.spec.probe_every
+                    won = len(out) * self.cost(1) >= tv
+                    self._probe["spec"] = base if won else min(self._probe["spec"] * 2, 64 * base)
                     depth, size = vt.max_depth(), vt.n_drafted
                     st["tree_sizes"].append(size)
                     st["expected_gain_sum"] += gain if gain == gain else 0.0

@@ -20,6 +20,7 @@ from localrag.specrag import (
     make_subsets,
     random_subsets,
     select,
+    short_answer,
 )
 
 
@@ -94,3 +95,14 @@ def test_share_plan_reuses_the_longest_earlier_prefix():
     assert parent == [-1, 0, 0, 0]
     assert shared == [0, 5, 3, 6]  # the identical prompt still decodes its last token
     assert waves == [[0], [1, 2, 3]]
+
+
+@pytest.mark.parametrize(("reply", "phrase"), [
+    ("Answer: The answer is Paris.", "Paris"),
+    ("According to the documents, 1066.\nRationale: the text says so", "1066"),
+    ('  \n**"Rollo"**', "Rollo"),
+    ("Based on the text, the Normans came from Normandy.", "the Normans came from Normandy"),
+    ("Denmark, Iceland and Norway", "Denmark, Iceland and Norway"),
+])
+def test_short_answer_keeps_the_phrase_only(reply, phrase):
+    assert short_answer(reply) == phrase
