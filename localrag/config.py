@@ -149,7 +149,9 @@ class SpecConfig:
     draft_branch: int = 4  # top-k children considered per expanded node
     draft_width: int = 4  # nodes expanded per draft forward
     draft_depth: int = 6  # draft forwards per step, at most
-    draft_chain: bool = False  # grow a single greedy chain (width 1, branch 1)
+    # grow a single greedy chain (incremental, cost-aware) instead of a tree; None = decide from the
+    # draft's measured cost curve (a chain when a 4-token forward costs over 1.6x one token)
+    draft_chain: bool | None = None
     # cost-aware budget
     use_budget: bool = True  # False: always verify the pruned tree (tests, ablations)
     min_gain: float = 1.0  # speculate only when expected tokens/s >= min_gain x plain

@@ -59,7 +59,6 @@ class RasdDecoder:
     ):
         self.target = target
         self.spec = spec
-        self.draft = DraftModel(draft, spec) if draft is not None else None
         leaves = getattr(target, "max_leaves", spec.max_nodes + 1)
         batch = getattr(target, "n_batch", spec.max_nodes + 1)
         self.max_nodes = max(1, min(spec.max_nodes, leaves, batch - 1))
@@ -70,6 +69,7 @@ class RasdDecoder:
                 else CostModel.linear()
             )
         self.cost = cost
+        self.draft = self._draft_model(draft) if draft is not None else None
         self.calibrator = calibrator if calibrator is not None else Calibrator()
         self.datastore = Datastore(target.n_vocab, spec.max_match, spec.min_match)
         self.set_documents(documents)
@@ -83,6 +83,23 @@ class RasdDecoder:
         self._rate = {"draft": float("inf"), "nodraft": 1.0 / self.cost(1)}
         # steps to wait before re-probing speculation / the draft model (doubles after each failed probe)
         self._probe = {"spec": spec.probe_every, "draft": spec.probe_every}
+
+    def _draft_model(self, draft: Backend) -> DraftModel:
+        """The draft's tree policy from its own cost curve and the target's.
+
+        Chain or tree: a chain when the draft's 4-token forward costs over 1.6x one token (batching
+        buys little, so a tree's extra nodes are paid almost in full). A chain node pays for itself
+        when its expected acceptance a(v) saves more target time than it costs:
+        a(v) * T_target(1) >= T_draft(1) + dT_target/dk, so the chain stops below that probability.
+        """
+        spec = self.spec
+        if not spec.calibrate:
+            return DraftModel(draft, spec, chain=bool(spec.draft_chain))
+        dcost = CostModel.load_or_measure(draft, 8)
+        chain = dcost(4) > 1.6 * dcost(1) if spec.draft_chain is None else spec.draft_chain
+        slope = (self.cost(9) - self.cost(1)) / 8  # target verify cost per extra node
+        min_p = (dcost(1) + slope) / self.cost(1) if spec.use_budget else 0.0
+        return DraftModel(draft, spec, chain=chain, min_path_prob=min(min_p, 0.9))
 
     def set_documents(self, documents: Sequence[str]) -> None:
         """Replace the corpus part of the datastore (e.g. the chunks retrieved for this question)."""

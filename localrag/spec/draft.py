@@ -8,8 +8,11 @@
 * ``DraftModel.grow`` expands from the root where the cumulative draft
   probability is highest (EAGLE-2-style dynamic tree): each round evaluates the
   best ``width`` unexpanded nodes in one forward pass and adds their top
-  ``branch`` children, until ``draft_nodes`` or ``draft_depth`` rounds. The
-  draft's distribution at every expanded node is kept (for RASD pruning).
+  ``branch`` children, until ``draft_nodes`` or ``draft_depth`` rounds. Or, where
+  the draft's batched forwards are not cheaper per token (a CPU), a greedy chain
+  decoded incrementally on the draft's KV, stopped where the next node no longer
+  pays for itself. The draft's distribution at every expanded node is kept (for
+  RASD pruning).
 * ``DraftModel.score`` gives draft probabilities to retrieval-tree nodes the
   draft tree did not reach, in ONE batched draft pass over those nodes' parents.
 
@@ -82,11 +85,21 @@ def load_draft(target: Backend, model: str, config: ModelConfig | None = None) -
 
 
 class DraftModel:
-    """The draft backend plus the tree-growing policy of a SpecConfig."""
+    """The draft backend plus the tree-growing policy of a SpecConfig.
 
-    def __init__(self, backend: Backend, spec: SpecConfig):
+    chain: grow one greedy chain, one incremental ``decode_one`` per token on top of the
+    draft's KV (rolled back after the step), instead of a tree whose every round
+    re-evaluates its paths. Right where the draft's batched forwards cost nearly k times
+    one token (a compute-bound CPU). min_path_prob: stop the chain where the cumulative
+    draft probability of the next node is below this (the node would cost more drafting
+    and verification time than its expected acceptance saves; see ``RasdDecoder``).
+    """
+
+    def __init__(self, backend: Backend, spec: SpecConfig, chain: bool | None = None, min_path_prob: float = 0.0):
         self.backend = backend
         self.spec = spec
+        self.chain = bool(spec.draft_chain if chain is None else chain)
+        self.min_path_prob = min_path_prob
 
     def sync(self, context: Sequence[int]) -> np.ndarray:
         """Make the draft's KV hold `context` (reusing the common prefix); (V,) probs after it."""
@@ -123,8 +136,10 @@ class DraftModel:
         """Dynamic draft tree below `root`; scores are cumulative draft probabilities.
 
         Returns the tree and {node: (V,) draft probs after it} for expanded nodes."""
+        if self.chain:
+            return self._grow_chain(root, root_probs)
         s = self.spec
-        branch, width = (1, 1) if s.draft_chain else (s.draft_branch, s.draft_width)
+        branch, width = s.draft_branch, s.draft_width
         tree = TokenTree(root)
         dists: dict[int, np.ndarray] = {0: root_probs}
         self._add_children(tree, 0, root_probs, branch)
@@ -144,6 +159,29 @@ class DraftModel:
             old = sorted(keep)
             tree = tree.select(keep)
             dists = {new: dists[o] for new, o in enumerate(old) if o in dists}
+        return tree, dists
+
+    def _grow_chain(self, root: int, root_probs: np.ndarray) -> tuple[TokenTree, dict[int, np.ndarray]]:
+        """Greedy chain below `root` (already in the draft's KV): each new token is decoded on top
+        of the last (cost: one single-token draft forward per node), then the KV is rolled back."""
+        be, s = self.backend, self.spec
+        n_keep = be.n_past
+        tree = TokenTree(root)
+        dists: dict[int, np.ndarray] = {0: root_probs}
+        node, probs = 0, root_probs
+        depth = min(s.draft_depth, s.draft_nodes, s.max_depth)
+        try:
+            for d in range(depth):
+                tok = int(np.argmax(probs))
+                cum = tree.scores[node] * float(probs[tok])
+                if d and cum < self.min_path_prob:
+                    break
+                node = tree.add_node(node, tok, cum, DRAFT)
+                if d + 1 < depth:
+                    probs = softmax(be.decode_one(tok))  # (V,) after the chain so far
+                    dists[node] = probs
+        finally:
+            be.truncate(n_keep)
         return tree, dists
 
     @staticmethod

@@ -181,3 +181,26 @@ def test_generate_cli_runs_rasd_on_the_transformers_backend(hf_smollm2, tmp_path
     assert result["text"] == plain.text
     extra = result["stats"]["extra"]
     assert extra["mode"] == "rasd" and extra["steps"] >= 1 and extra["draft_steps"] >= 1
+
+
+def test_draft_chain_is_incremental_cost_aware_and_rolls_back():
+    """The chain draft: greedy tokens (as the draft would decode them), stopped where the cumulative
+    probability falls below the break-even threshold, and the draft's KV left as it was."""
+    from localrag.spec.draft import DraftModel, softmax
+
+    be = tiny_backend(seed=1)
+    ctx = tiny_prompt()
+    spec = SpecConfig(draft_depth=8, draft_nodes=8)
+    full = DraftModel(be, spec, chain=True)
+    root_probs = full.sync(ctx)
+    tree, dists = full.grow(ctx[-1], root_probs)
+    assert be.n_past == len(ctx) and tree.parents == list(range(-1, len(tree) - 1))  # rolled back; a chain
+    want, probs = [], root_probs
+    for _ in range(len(tree) - 1):  # the same tokens one plain forward at a time
+        want.append(int(np.argmax(probs)))
+        probs = softmax(be.prefill([want[-1]]))
+    be.truncate(len(ctx))
+    assert tree.tokens[1:] == want and len(tree) == 9
+    between = (tree.scores[3] + tree.scores[4]) / 2  # node 4's cumulative probability is below this: stop there
+    short, _ = DraftModel(be, spec, chain=True, min_path_prob=between).grow(ctx[-1], root_probs)
+    assert len(short) == 4 and short.tokens == tree.tokens[:4]
