@@ -238,6 +238,15 @@ def run_suite(
     return {"rows": rows, "noise": noise}
 
 
+def _round_ratios(x: dict, base: dict) -> list[float]:
+    """tokens/s of `x` over tokens/s of `base`, one ratio per round: each round's runs are adjacent
+    in time, so a slow drift of the machine cancels; medians are then over prompts x rounds."""
+    rounds = zip(base.get("decode_s_rounds") or [base["decode_s"]], x.get("decode_s_rounds") or [x["decode_s"]],
+                 strict=False)
+    return [(len(x["tokens"]) / b) / (len(base["tokens"]) / a) if a and b and base["tokens"] else 0.0
+            for a, b in rounds]
+
+
 def _first_divergence(a: list[int], b: list[int]) -> int | None:
     for i, (x, y) in enumerate(zip(a, b, strict=False)):
         if x != y:
@@ -249,7 +258,7 @@ def summarise(result: dict, methods: list[str]) -> dict:
     rows, bound = result["rows"], result["noise"]["max_abs_logit_diff"]
     out = {"noise_bound": result["noise"]}
     for m in methods:
-        sp, tps, acc, same, ties, orc, est, look = [], [], [], 0, 0, [], [], []
+        sp, tps, acc, same, ties, orc, est, look, sp_hf = [], [], [], 0, 0, [], [], [], []
         hw = None
         split = {"retrieve": 0.0, "draft": 0.0, "verify": 0.0, "plain": 0.0}
         n = 0
@@ -277,10 +286,9 @@ def summarise(result: dict, methods: list[str]) -> dict:
             tps.append(t)
             # one ratio per round, against the plain run of the same round (adjacent in time, so a
             # slow drift of the machine cancels); the median is then over prompts x rounds
-            pr = plain.get("decode_s_rounds") or [plain["decode_s"]]
-            xr = x.get("decode_s_rounds") or [x["decode_s"]]
-            for a, b in zip(pr, xr, strict=False):
-                sp.append((len(x["tokens"]) / b) / (len(plain["tokens"]) / a) if a and b and plain["tokens"] else 0.0)
+            sp.extend(_round_ratios(x, plain))
+            if "hf-plain" in r:  # the transformers backend: also against transformers' own greedy loop
+                sp_hf.extend(_round_ratios(x, r["hf-plain"]))
             st = x["stats"]
             acc.append(st.get("mean_accepted", 1.0))
             orc.append(st.get("oracle_speedup", 1.0))
@@ -299,6 +307,7 @@ def summarise(result: dict, methods: list[str]) -> dict:
         out[m] = {
             "n": n,
             "median_speedup": statistics.median(sp),
+            "median_speedup_vs_hf_plain": statistics.median(sp_hf) if sp_hf else None,
             "median_tokens_per_s": statistics.median(tps),
             "mean_accepted": float(np.mean(acc)) if acc else None,
             "identical_rate": same / n,
@@ -396,6 +405,8 @@ def _print(report: dict) -> None:
             if r.get("hardware_limit_speedup"):
                 orc += f"/{r['hardware_limit_speedup']:.2f}"
             split = " ".join(f"{k}={v:.2f}" for k, v in (r["time_split_s"] or {}).items())
+            if r.get("median_speedup_vs_hf_plain") is not None:
+                split = f"vs hf-plain {r['median_speedup_vs_hf_plain']:.2f}  " + split
             if r.get("lookup_ms_mean") is not None:
                 split += f" lookup={r['lookup_ms_mean']:.2f}ms/step"
             print(
