@@ -11,7 +11,7 @@ decoding. Both sides are measured on this machine, never assumed:
   when the curve was cached need not be its load now.
 * ``Calibrator``: P(node accepted | parent accepted), learned online per
   (source, confidence bucket) with a Beta prior, from every verified node whose
-  parent was accepted. A node's acceptance estimate a(v) is the product along
+  parent was accepted; planned with a one-standard-deviation lower bound. A node's acceptance estimate a(v) is the product along
   its path, so E[tokens per step] = 1 + sum_v a(v).
 * ``plan``: over best-first prefixes of the candidate nodes, maximise
   (1 + sum a) / (T(k + 1) + overhead); if the best is below plain's 1 / T(1)
@@ -204,12 +204,23 @@ class Calibrator:
         b = bisect.bisect_right(self.EDGES, confidence)
         return (source, b, min(match_len, 4))
 
-    def p(self, key: tuple) -> float:
+    def mean(self, key: tuple) -> float:
+        """Posterior mean of the bucket."""
         raw = self.MIDS[key[1]] * (0.5 if key[2] == 1 else 1.0)
         pa, pr = self.pooled.get(key[0], (0.0, 0.0))
         prior = (pa + self.weight * raw) / (pa + pr + self.weight)  # the source's posterior
         a, r = self.hits.get(key, (0.0, 0.0))
         return (a + self.weight * prior) / (a + r + self.weight)
+
+    def p(self, key: tuple) -> float:
+        """What the budget plans with: the posterior mean less one posterior standard deviation.
+
+        The plan picks the buckets that look best, so an estimate from a few lucky trials would
+        win bets it should not (the winner's curse); the deduction shrinks as data accumulate
+        (Beta variance m(1 - m) / (n + 1), n = trials + prior weight)."""
+        m = self.mean(key)
+        a, r = self.hits.get(key, (0.0, 0.0))
+        return max(0.0, m - (m * (1.0 - m) / (a + r + self.weight + 1.0)) ** 0.5)
 
     def update(self, key: tuple, accepted: bool) -> None:
         i = 0 if accepted else 1

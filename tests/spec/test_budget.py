@@ -21,10 +21,14 @@ def test_plan_goes_wide_when_verification_is_cheap():
 def test_calibrator_learns():
     cal = Calibrator()
     key = cal.key("r2", 0.6, 3)
-    assert cal.p(key) == 0.625  # prior: the bucket's own confidence
+    assert cal.mean(key) == 0.625  # prior: the bucket's own confidence
+    assert 0.3 < cal.p(key) < 0.4  # planned with a lower bound while data are few
     for _ in range(20):
         cal.update(key, False)
     assert cal.p(key) < 0.1
+    for _ in range(200):
+        cal.update(key, True)
+    assert abs(cal.p(key) - cal.mean(key)) < 0.05 and cal.mean(key) > 0.85  # the bound tightens with data
     assert cal.key("r2", 0.95, 9) == ("r2", 6, 4)
 
 
@@ -34,11 +38,11 @@ def test_calibrator_new_bucket_starts_from_its_source():
     for _ in range(30):
         cal.update(cal.key("r2", 0.6, 3), False)
     fresh = cal.key("r2", 0.95, 2)
-    assert cal.p(fresh) < 0.15
-    assert cal.p(cal.key("d1", 0.95, 0)) == 0.95
+    assert cal.mean(fresh) < 0.15
+    assert cal.mean(cal.key("d1", 0.95, 0)) == 0.95
     for _ in range(20):  # the bucket's own data still decides
         cal.update(fresh, True)
-    assert cal.p(fresh) > 0.8
+    assert cal.mean(fresh) > 0.8
 
 
 def test_cost_model_interpolates_and_extrapolates():
