@@ -368,6 +368,15 @@ def select(drafts: list[Draft], cfg: SpecRagConfig) -> tuple[Draft | None, bool]
 
 
 # --------------------------------------------------------------------------- pipeline
+def _chunk_vectors(index: Any, hits: Sequence[Any]) -> np.ndarray:
+    """The chunks' stored embeddings (no re-embedding); embedded afresh if the index cannot say."""
+    try:
+        return index.vectors([h.chunk_id for h in hits])
+    except (AttributeError, KeyError):
+        return index.embedder.embed([h.text for h in hits])
+
+
+
 class SpeculativeRAG:
     """drafter (small, chat-tuned) + verifier (larger; any vocabulary) over a document index."""
 
@@ -390,7 +399,7 @@ class SpeculativeRAG:
         if not relevant:
             stats["total_s"] = time.perf_counter() - t0
             return self._unsupported(question, searched, [], stats, "nothing relevant was retrieved")
-        vectors = index.embedder.embed([h.text for h in relevant]) if cfg.cluster else None
+        vectors = _chunk_vectors(index, relevant) if cfg.cluster else None
         return self.answer_from_chunks(question, relevant, vectors, searched, stats, cfg, t0)
 
     def answer_from_chunks(self, question: str, hits: Sequence[Any], vectors: np.ndarray | None, searched: str,

@@ -28,9 +28,11 @@ import json
 import os
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+
+import numpy as np
 
 from localrag.rag.chunk import Chunk, Chunker, TokenCounter
 from localrag.rag.config import IndexConfig
@@ -389,6 +391,18 @@ class DocumentIndex:
                 )
             )
         return hits
+
+    def vectors(self, chunk_ids: Sequence[str]) -> np.ndarray:
+        """(n, dim) stored embeddings of these chunks, in order (read back, not recomputed)."""
+        if not chunk_ids:
+            return np.zeros((0, self.embedder.dimension), dtype=np.float32)
+        col = self._collection(self.space, create=False)
+        got = col.get(ids=list(chunk_ids), include=["embeddings"])
+        by_id = dict(zip(got["ids"], got["embeddings"], strict=True))
+        missing = [c for c in chunk_ids if c not in by_id]
+        if missing:
+            raise KeyError(f"chunks not in the index: {missing[:3]}")
+        return np.asarray([by_id[c] for c in chunk_ids], dtype=np.float32)
 
     # ------------------------------------------------------------ documents
     def list_documents(self) -> list[DocumentInfo]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 from rag_docgen import assert_consistent, make_pdf, prose, write
 
@@ -61,6 +62,14 @@ def test_ingest_and_hybrid_search_with_citations(make_index, corpus):
     assert hit.file.endswith("tool.py") and hit.bm25_score and hit.bm25_score > 0
     assert hit.citation() == "tool.py lines 1-2"
     assert_consistent(idx)
+
+    # The stored vectors of hits read back in order (Speculative RAG clusters them without re-embedding).
+    hits = idx.search("chapter", k=3)
+    stored = idx.vectors([h.chunk_id for h in hits])
+    assert stored.shape == (len(hits), idx.embedder.dimension)
+    assert np.allclose(stored, idx.embedder.embed([h.text for h in hits]), atol=1e-5)
+    with pytest.raises(KeyError):
+        idx.vectors(["no-such-chunk"])
 
 
 def test_unchanged_skipped_edited_replaced_moved_removed(make_index, corpus):
