@@ -76,6 +76,10 @@ class RasdDecoder:
         self.stats: dict = {}
         self._prefill_s = 0.0  # the draft's prompt prefill (see prefill), reported in the stats
         self._pays: tuple = (None, [])  # _may_pay's cache: (stamp, pays per match-length class)
+        # EMA of realised / expected gain of speculative steps: the acceptance estimates are per
+        # node and per bucket; when the text at hand makes them optimistic (a chat after a run of
+        # document QA), speculation must promise proportionally more before it is tried
+        self._realism = 1.0
         # diagnostics (bench, tests): when a list, the logits row each emitted token after the first
         # was chosen from is appended, so batched-vs-single numerics can be compared with plain's
         self.record_logits: list[np.ndarray] | None = None
@@ -123,7 +127,7 @@ class RasdDecoder:
             for length in range(5):  # match lengths 0..3 and >= 4 (the calibrator's classes)
                 p = max(cal.p(cal.key(f"r{RETRIEVAL}", c, length)) for c in cal.MIDS)
                 chain = [p**d for d in range(1, self.spec.max_depth + 1)]
-                pays.append(plan(chain, self.cost, 0.0, self.spec.min_gain)[0] > 0)
+                pays.append(plan(chain, self.cost, 0.0, self.spec.min_gain / self._realism)[0] > 0)
             self._pays = (stamp, pays)
         pays = self._pays[1]
         return pays[min(match_len, 4)] if match_len else any(pays[1:])
@@ -212,7 +216,9 @@ class RasdDecoder:
                 prop = self.propose(ctx, tok, use_draft, force)
                 keys = keys_for(prop, self.calibrator)
                 acc = estimate(prop, keys, self.calibrator)
-                keep, gain = choose(prop, acc, self.spec, self.cost, 0.0, force, self.max_nodes)
+                # bets must clear min_gain after the correction for how the estimates have fared lately
+                need = self.spec.min_gain / self._realism
+                keep, gain = choose(prop, acc, self.spec, self.cost, 0.0, force, self.max_nodes, need)
                 if not keep:  # speculation does not pay now: one plain step
                     tv = time.perf_counter()
                     row = backend.decode_one(tok)
@@ -247,6 +253,10 @@ class RasdDecoder:
                     st["expected_gain_sum"] += gain if gain == gain else 0.0
                 dt = time.perf_counter() - t_start
                 busy += dt
+                if size and gain == gain and gain > 0:
+                    # realised gain over plain (tokens in this step's time at T(1) each) / expected gain
+                    realised = len(out) * self.cost(1) / dt
+                    self._realism = min(max(0.8 * self._realism + 0.2 * realised / gain, 0.25), 1.5)
                 arm = "draft" if use_draft else "nodraft"
                 rate = len(out) / dt
                 old = self._rate[arm]

@@ -99,11 +99,13 @@ def choose(
     overhead_s: float,
     force: bool,
     max_nodes: int,
+    min_gain: float | None = None,
 ) -> tuple[list[int], float]:
     """Nodes to verify (original indices, root first) and the expected gain over plain.
 
     Best-first by a(v) (ancestor-closed); the size maximises expected tokens per
-    second on the cost curve. [] means a plain step pays better (unless `force`)."""
+    second on the cost curve. [] means a plain step pays better than `min_gain` times
+    plain (default spec.min_gain), unless `force`."""
     t = prop.tree
     saved = t.scores
     t.scores = acc
@@ -113,7 +115,8 @@ def choose(
         return [], 1.0
     if not spec.use_budget:
         return [0, *order], float("nan")
-    k, gain = plan([acc[v] for v in order], cost, overhead_s, 0.0 if force else spec.min_gain)
+    need = spec.min_gain if min_gain is None else min_gain
+    k, gain = plan([acc[v] for v in order], cost, overhead_s, 0.0 if force else need)
     if k == 0 and force:  # probe: the smallest tree worth testing, its best node
         k = 1
     return ([0, *order[:k]] if k else []), gain
