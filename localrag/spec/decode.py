@@ -76,17 +76,21 @@ class RasdDecoder:
         self.stats: dict = {}
         self._prefill_s = 0.0  # the draft's prompt prefill (see prefill), reported in the stats
         self._pays: tuple = (None, [])  # _may_pay's cache: (stamp, pays per match-length class)
+        # diagnostics (bench, tests): when a list, the logits row each emitted token after the first
+        # was chosen from is appended, so batched-vs-single numerics can be compared with plain's
+        self.record_logits: list[np.ndarray] | None = None
+        self._reset_answer_state()
+
+    def _reset_answer_state(self) -> None:
+        """What adapts within one answer (the calibrator, shared across answers, is kept)."""
         # EMA of realised / expected gain of speculative steps: the acceptance estimates are per
         # node and per bucket; when the text at hand makes them optimistic (a chat after a run of
         # document QA), speculation must promise proportionally more before it is tried
         self._realism = 1.0
-        # diagnostics (bench, tests): when a list, the logits row each emitted token after the first
-        # was chosen from is appended, so batched-vs-single numerics can be compared with plain's
-        self.record_logits: list[np.ndarray] | None = None
         # realised tokens/s of steps that ran the draft model vs those that did not (a two-armed bandit)
         self._rate = {"draft": float("inf"), "nodraft": 1.0 / self.cost(1)}
-        # steps to wait before re-probing speculation / the draft model (doubles after each failed probe)
-        self._probe = {"spec": spec.probe_every, "draft": spec.probe_every}
+        # steps to wait before re-probing speculation / the draft model (doubles after each lost probe)
+        self._probe = {"spec": self.spec.probe_every, "draft": self.spec.probe_every}
 
     def _draft_model(self, draft: Backend) -> DraftModel:
         """The draft's tree policy from its own cost curve and the target's.
@@ -198,6 +202,7 @@ class RasdDecoder:
             raise ValueError("this RASD decoder was built for another backend")
         st = self._reset_stats()
         st["time_draft_prefill_s"], self._prefill_s = self._prefill_s, 0.0
+        self._reset_answer_state()
         tok = sampler.pick(logits)
         yield [tok]
         plain_run, draft_skip = 0, 0
@@ -243,11 +248,13 @@ class RasdDecoder:
                     st["probe_steps"] += int(force)
                     plain_run = 0
                     out = [vt.tokens[i] for i in path[1:]] + [nxt]
-                    # a speculative step that lost to plain (fewer tokens than plain steps would have
-                    # made in its verify time) doubles the wait before the next probe; a win resets it
+                    # a probe that lost to plain (fewer tokens than plain steps would have made in its
+                    # verify time) doubles the wait before the next one; any winning step resets it
                     base = self.spec.probe_every
-                    won = len(out) * self.cost(1) >= tv
-                    self._probe["spec"] = base if won else min(self._probe["spec"] * 2, 64 * base)
+                    if len(out) * self.cost(1) >= tv:
+                        self._probe["spec"] = base
+                    elif force:
+                        self._probe["spec"] = min(self._probe["spec"] * 2, 8 * base)
                     depth, size = vt.max_depth(), vt.n_drafted
                     st["tree_sizes"].append(size)
                     st["expected_gain_sum"] += gain if gain == gain else 0.0
