@@ -4,8 +4,8 @@
     python -m localrag bench speed --suite chat --methods plain,pld,rasd --json
     python -m localrag bench speed --prompts my.jsonl --draft smollm2-135m-instruct
 
-Methods (every prompt runs every method back to back, ``--repeats`` rounds, each from an empty
-cache; the median time per method counts, so machine load hits all alike):
+Methods (every prompt runs every method back to back, ``--repeats`` rounds, each run from an
+empty cache, so machine load hits all alike):
   plain      one target forward per token (the reference; its greedy output is the truth)
   pld        llama-cpp-python's own prompt-lookup decoding (Llama(draft_model=LlamaPromptLookupDecoding));
              timed against the same Llama object with the draft switched off, prompt KV reused by both
@@ -13,14 +13,17 @@ cache; the median time per method counts, so machine load hits all alike):
   draft      RASD decoder, draft-model tree only (needs --draft)
   rasd       RASD decoder, retrieval + draft (when --draft) fused, cost-aware budget
 
-Per suite it reports: median speedup over plain (tokens/s ratios per prompt and round, each against
-the plain run of the same round), tokens/s, mean
-accepted tokens per target forward, the rate of outputs identical to plain, and for each
-divergence whether plain's top-2 logit margin there was below the measured batched-vs-single
-noise bound (a near-tie; the bound is the largest logit difference between plain's logits and
-the speculative decoders' own verification logits at identical contexts, over the suite, see
-``verify_noise``; the largest change of plain's top-2 margin is reported beside it), the oracle bound (speedup if every drafted path were accepted, at the
-measured verify costs) and the time split (retrieve / draft / verify / plain steps).
+Per suite it reports:
+  * the median speedup over plain: tokens/s ratios per prompt and round, each against the plain
+    run of the same round (with ``--backend hf`` also against ``hf-plain``);
+  * tokens/s, mean accepted tokens per target forward, the rate of outputs identical to plain;
+  * for each divergence, whether plain's top-2 logit margin there was below the measured
+    batched-vs-single noise bound (a near-tie). The bound is the largest logit difference
+    between plain's logits and the speculative decoders' own verification logits at identical
+    contexts, over the suite (``verify_noise``); the largest change of plain's top-2 margin is
+    reported beside it;
+  * the oracle bound (speedup if every drafted path were accepted, at the measured verify
+    costs) and the time split (retrieve / draft / verify / plain steps).
 
 Transformers backend: ``--backend hf`` imports ``localrag.bench.speed_hf`` (written with the
 transformers backend) and uses two hooks from it when present:

@@ -11,8 +11,9 @@ decoding. Both sides are measured on this machine, never assumed:
   when the curve was cached need not be its load now.
 * ``Calibrator``: P(node accepted | parent accepted), learned online per
   (source, confidence bucket) with a Beta prior, from every verified node whose
-  parent was accepted; planned with a one-standard-deviation lower bound. A node's acceptance estimate a(v) is the product along
-  its path, so E[tokens per step] = 1 + sum_v a(v).
+  parent was accepted, and planned with a one-standard-deviation lower bound. A
+  node's acceptance estimate a(v) is the product along its path, so
+  E[tokens per step] = 1 + sum_v a(v).
 * ``plan``: over best-first prefixes of the candidate nodes, maximise
   (1 + sum a) / (T(k + 1) + overhead); if the best is below plain's 1 / T(1)
   (times ``min_gain``), take a plain step instead.
