@@ -131,7 +131,6 @@ class PldRunner:
             "llama_plain_s": t_plain,
             "n_plain": n_plain,
             "identical_to_llama_plain": text_pld == text_plain,
-            "speedup_vs_llama_plain": (n_pld / t_pld) / (n_plain / t_plain) if t_pld > 0 and n_plain else 0.0,
         }
 
 
@@ -206,7 +205,8 @@ def run_suite(
         for rnd in range(repeats):
             plain = run_generation(engine, ids, cfg, _margin_plain(rec, max_new) if rnd == 0 else plain_decoder)
             runs.setdefault("plain", []).append(plain)
-            rec["tokens"] = runs["plain"][0]["tokens"]
+            if rnd == 0:
+                rec["tokens"] = plain["tokens"]
             for m in methods:
                 if m == "plain" or (m == "pld" and pld is None):
                     continue
@@ -232,22 +232,23 @@ def run_suite(
             if m == "pld":
                 row[m]["llama_plain_s_rounds"] = [r["llama_plain_s"] for r in rs]
                 row[m]["llama_plain_s"] = statistics.median(r["llama_plain_s"] for r in rs)
-                row[m]["speedup_vs_llama_plain"] = (
-                    (row[m]["n"] / row[m]["decode_s"]) / (rs[0]["n_plain"] / row[m]["llama_plain_s"])
-                    if rs[0]["n_plain"] else 0.0)
         row["plain"]["margins"] = rec["margins"]
         rec["logits"] = []  # (max_new, V) floats: free them before the next prompt
         rows.append(row)
     return {"rows": rows, "noise": noise}
 
 
-def _round_ratios(x: dict, base: dict) -> list[float]:
-    """tokens/s of `x` over tokens/s of `base`, one ratio per round: each round's runs are adjacent
-    in time, so a slow drift of the machine cancels; medians are then over prompts x rounds."""
-    rounds = zip(base.get("decode_s_rounds") or [base["decode_s"]], x.get("decode_s_rounds") or [x["decode_s"]],
-                 strict=False)
-    return [(len(x["tokens"]) / b) / (len(base["tokens"]) / a) if a and b and base["tokens"] else 0.0
-            for a, b in rounds]
+def _round_ratios(n: int, seconds: list[float], n_base: int, base_seconds: list[float]) -> list[float]:
+    """tokens/s (n tokens in each round's seconds) over the baseline's, one ratio per round: each
+    round's runs are adjacent in time, so a slow drift of the machine cancels; medians are then
+    over prompts x rounds."""
+    return [(n / b) / (n_base / a) if a and b and n_base else 0.0
+            for a, b in zip(base_seconds, seconds, strict=False)]
+
+
+def _rounds(run: dict, key: str = "decode_s") -> list[float]:
+    """A run's per-round times (a run recorded without rounds counts as one)."""
+    return run.get(f"{key}_rounds") or [run[key]]
 
 
 def _first_divergence(a: list[int], b: list[int]) -> int | None:
@@ -276,22 +277,19 @@ def summarise(result: dict, methods: list[str]) -> dict:
                 same += 1
                 continue
             x = r[m]
-            if m == "pld":  # against llama-cpp-python's own plain run, per round as below
+            if m == "pld":  # against llama-cpp-python's own plain run of the same round
                 t = x["n"] / x["decode_s"] if x["decode_s"] else 0.0
                 tps.append(t)
-                pairs = zip(x.get("llama_plain_s_rounds") or [x["llama_plain_s"]],
-                            x.get("decode_s_rounds") or [x["decode_s"]], strict=False)
-                n_plain = x.get("n_plain") or x["n"]
-                sp.extend((x["n"] / b) / (n_plain / a) if a and b else 0.0 for a, b in pairs)
+                sp.extend(_round_ratios(x["n"], _rounds(x), x.get("n_plain") or x["n"], _rounds(x, "llama_plain_s")))
                 same += int(x["identical"])
                 continue
-            t = len(x["tokens"]) / x["decode_s"] if x["decode_s"] else 0.0
-            tps.append(t)
-            # one ratio per round, against the plain run of the same round (adjacent in time, so a
-            # slow drift of the machine cancels); the median is then over prompts x rounds
-            sp.extend(_round_ratios(x, plain))
+            nx = len(x["tokens"])
+            tps.append(nx / x["decode_s"] if x["decode_s"] else 0.0)
+            # one ratio per round, against the plain run of the same round
+            sp.extend(_round_ratios(nx, _rounds(x), len(plain["tokens"]), _rounds(plain)))
             if "hf-plain" in r:  # the transformers backend: also against transformers' own greedy loop
-                sp_hf.extend(_round_ratios(x, r["hf-plain"]))
+                base = r["hf-plain"]
+                sp_hf.extend(_round_ratios(nx, _rounds(x), len(base["tokens"]), _rounds(base)))
             st = x["stats"]
             acc.append(st.get("mean_accepted", 1.0))
             orc.append(st.get("oracle_speedup", 1.0))
