@@ -132,18 +132,20 @@ class DocumentIndex:
     def _recover(self) -> None:
         """Delete chunks of versions that never committed (crash) or were superseded."""
         for ver, space in self.manifest.pending():
-            col = self._collection(space, create=False)
-            if col is not None:
-                col.delete(where={"ver": ver})
+            self._delete_version(ver, space)
             self.manifest.abandon(ver)
         self._collect_garbage()
 
     def _collect_garbage(self) -> None:
         for ver, space in self.manifest.garbage():
-            col = self._collection(space, create=False)
-            if col is not None:
-                col.delete(where={"ver": ver})
+            self._delete_version(ver, space)
             self.manifest.drop_garbage(ver)
+
+    def _delete_version(self, ver: str, space: str) -> None:
+        """Delete every chunk of one file version from its embedding space (if that still exists)."""
+        col = self._collection(space, create=False)
+        if col is not None:
+            col.delete(where={"ver": ver})
 
     def _drop_unused_spaces(self) -> None:
         """Remove Chroma collections of this collection's old embedding models once unreferenced."""
