@@ -62,28 +62,41 @@ def load_suite(suite: str, n: int) -> list[dict]:
     raw = _read(suite)
     out: list[dict] = []
     if suite == "docqa":
+        # Round-robin over articles (paragraph 0 of each, then paragraph 1, ...), so any n
+        # is reachable and consecutive prompts come from different articles.
         data = json.loads(raw)["data"]
-        for art in data[::7]:  # spread over articles
-            para = art["paragraphs"][0]
-            qa = next((q for q in para["qas"] if not q.get("is_impossible")), None)
-            if qa is None:
-                continue
-            doc = para["context"]
-            prompt = (
-                "Answer the question using only the document. Quote the sentence that contains the answer.\n\n"
-                f"Document:\n{doc}\n\nQuestion: {qa['question']}"
-            )
-            out.append({"prompt": prompt, "docs": [doc], "chat": True})
-            if len(out) >= n:
-                break
+        depth = max(len(art["paragraphs"]) for art in data)
+        for p_idx in range(depth):
+            for art in data:
+                if p_idx >= len(art["paragraphs"]):
+                    continue
+                para = art["paragraphs"][p_idx]
+                qa = next((q for q in para["qas"] if not q.get("is_impossible")), None)
+                if qa is None:
+                    continue
+                doc = para["context"]
+                prompt = (
+                    "Answer the question using only the document. Quote the sentence that contains the answer.\n\n"
+                    f"Document:\n{doc}\n\nQuestion: {qa['question']}"
+                )
+                out.append({"prompt": prompt, "docs": [doc], "chat": True})
+                if len(out) >= n:
+                    return out
     elif suite == "summary":
+        # Three consecutive paragraphs of one article; round-robin over articles, then
+        # over each article's next three paragraphs.
         data = json.loads(raw)["data"]
-        for art in data[3::5]:
-            passage = "\n\n".join(p["context"] for p in art["paragraphs"][:3])
-            prompt = f"Summarize the following passage in a few sentences.\n\n{passage}"
-            out.append({"prompt": prompt, "docs": [passage], "chat": True})
-            if len(out) >= n:
-                break
+        depth = max(len(art["paragraphs"]) for art in data) // 3
+        for block in range(depth):
+            for art in data:
+                paras = art["paragraphs"][3 * block : 3 * block + 3]
+                if len(paras) < 3:
+                    continue
+                passage = "\n\n".join(p["context"] for p in paras)
+                prompt = f"Summarize the following passage in a few sentences.\n\n{passage}"
+                out.append({"prompt": prompt, "docs": [passage], "chat": True})
+                if len(out) >= n:
+                    return out
     elif suite == "code":
         for line in gzip.decompress(raw).decode().splitlines()[:n]:
             out.append({"prompt": json.loads(line)["prompt"], "docs": [], "chat": False})
