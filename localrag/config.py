@@ -104,6 +104,9 @@ class SpecRagConfig:
     (``localrag.specrag.combined_score``); below it the answer is "not in the documents".
     cluster: False = the no-clustering ablation (m random k-subsets of the n chunks).
     use_verifier: False = the drafter-only ablation (best by draft score alone).
+    extractive: rationale and answer are copied spans of the subset's chunks (``localrag.specdraft``).
+    drafter_example: (document, question, rationale, answer), shown to the drafter as one worked
+    turn before the real question; None = instructions only.
     """
 
     n: int = 10
@@ -116,9 +119,17 @@ class SpecRagConfig:
     min_score: float = -6.0
     cluster: bool = True
     use_verifier: bool = True
+    extractive: bool = True
     drafter_prompt: str = (
         "Read the documents and answer the question. First write one short sentence of evidence quoted "
         "from the documents, then the answer as a short phrase."
+    )
+    drafter_example: tuple[str, str, str, str] | None = (
+        "The Eiffel Tower was built for the 1889 World's Fair in Paris. It is 330 metres tall and was "
+        "designed by the engineering company of Gustave Eiffel.",
+        "Whose company designed the Eiffel Tower?",
+        "It is 330 metres tall and was designed by the engineering company of Gustave Eiffel.",
+        "Gustave Eiffel",
     )
     reflection_question: str = "Do you think the rationale supports the answer, yes or no?"
 

@@ -5,8 +5,9 @@ Pipeline, one function per phase:
     retrieve        top-n chunks from the document index (hybrid search) + a relevance gate
     cluster         MiniLM vectors of the chunks -> k-means into k clusters (scikit-learn)
     make_subsets    m unique subsets, one chunk per cluster (ordered by retrieval rank)
-    draft           the small drafter writes "Rationale: ... Answer: ..." per subset; all
-                    subsets decode concurrently as llama.cpp sequences in one batch
+    draft           the small drafter writes "Rationale: ... Answer: ..." per subset, both copied
+                    from the subset's chunks; all subsets decode concurrently as llama.cpp
+                    sequences in one batch (``localrag.specdraft``)
     verify          the verifier scores each draft's TEXT (its own tokenizer) in one pass over
                     [question, answer, rationale, reflection question, "Yes"]
     select          best combined score; below the calibrated threshold -> "not in the documents"
@@ -32,13 +33,26 @@ import math
 import re
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from localrag.answer import AnswerResult, Citation, Draft
 from localrag.config import GenerationConfig, SpecRagConfig
+from localrag.specdraft import (
+    DraftTokens,
+    chunk_tokens,
+    decode_rows,
+    draft,
+    draft_prompt,
+    share_plan,
+    token_logprob,
+)
+
+__all__ = ["DraftTokens", "SpeculativeRAG", "draft", "draft_prompt", "share_plan", "retrieve", "cluster",
+           "make_subsets", "random_subsets", "verify", "verifier_segments", "combined_score", "select",
+           "short_answer", "is_refusal"]
 
 REFUSALS = ("not in the documents", "does not say", "do not say", "no information", "not mentioned",
             "cannot be determined", "unknown", "not specified", "not provided", "not stated",
@@ -96,162 +110,6 @@ def random_subsets(n_chunks: int, k: int, m: int, seed: int = 0) -> list[tuple[i
     return out
 
 
-# --------------------------------------------------------------------------- draft
-@dataclass
-class DraftTokens:
-    """One draft as the drafter produced it (drafter token ids and per-token log-probs)."""
-
-    prompt: list[int]
-    rationale: list[int] = field(default_factory=list)
-    forced: list[int] = field(default_factory=list)  # "\nAnswer:" inserted after the rationale
-    answer: list[int] = field(default_factory=list)
-    rationale_lp: list[float] = field(default_factory=list)
-    answer_lp: list[float] = field(default_factory=list)
-    rationale_text: str = ""
-    answer_text: str = ""
-
-    @property
-    def logprob(self) -> float:
-        """log P(rationale) + log P(answer | rationale)."""
-        return float(sum(self.rationale_lp) + sum(self.answer_lp))
-
-    @property
-    def n_tokens(self) -> int:
-        return len(self.rationale) + len(self.answer)
-
-
-def draft_prompt(engine: Any, question: str, chunks: Sequence[str], cfg: SpecRagConfig) -> list[int]:
-    """Drafter prompt tokens: instructions, this subset's chunks, the question, then "Rationale:"."""
-    docs = "\n\n".join(f"[{i}] {c.strip()}" for i, c in enumerate(chunks, start=1))
-    msgs = [{"role": "system", "content": cfg.drafter_prompt},
-            {"role": "user", "content": f"Documents:\n{docs}\n\nQuestion: {question}"}]
-    return engine.encode_prompt(engine.prompt.render(msgs) + "Rationale:")
-
-
-def _logprob(row: np.ndarray, token: int) -> float:
-    """log softmax(row)[token], computed stably in float64."""
-    r = row.astype(np.float64)
-    mx = r.max()
-    return float(r[token] - mx - np.log(np.exp(r - mx).sum()))
-
-
-def _stops(text: str) -> bool:
-    return "\n" in text or "Answer" in text
-
-
-def draft(backend: Any, prompts: Sequence[list[int]], cfg: SpecRagConfig, seq_base: int = 0) -> list[DraftTokens]:
-    """Greedy drafts for all prompts at once: prompt i decodes in KV sequence seq_base + i.
-
-    Prefill shares KV: prompt i reuses the longest prefix it has in common with an earlier
-    prompt (the instructions always; the first chunk too when two subsets start with the same
-    chunk) by copying those cells (unified KV), so only its own remainder is decoded; see
-    ``share_plan``. Then each step is one llama_decode holding the next token of every
-    unfinished draft. Phases per draft: rationale (until a newline, "Answer", EOG or the token
-    limit) -> the forced tokens "\nAnswer:" -> answer (until a newline, EOG or the limit). The
-    stopping token is not part of the draft (nor of its log-probability).
-    """
-    n = len(prompts)
-    backend.reset()
-    forced = backend.tokenize("\nAnswer:", add_special=False)
-    seqs = [seq_base + i for i in range(n)]
-    parent, shared, waves = share_plan(prompts)
-    first: list[np.ndarray | None] = [None] * n
-    for wave in waves:  # one batched decode per wave of prompts (parents are always in earlier waves)
-        entries = []
-        for i in wave:
-            if parent[i] >= 0:
-                backend.seq_cp(seqs[parent[i]], seqs[i], 0, shared[i])
-            rest = prompts[i][shared[i]:]
-            entries += [(t, shared[i] + j, seqs[i], j == len(rest) - 1) for j, t in enumerate(rest)]
-        for i, row in zip(wave, _run(backend, entries), strict=True):
-            first[i] = row
-    drafts = [DraftTokens(prompt=list(p)) for p in prompts]
-    pos = [len(p) for p in prompts]
-    phase = ["rationale"] * n
-    feed = [_advance(backend, drafts[i], phase, i, first[i], forced, cfg) for i in range(n)]
-    while True:
-        active = [i for i in range(n) if phase[i] != "done"]
-        if not active:
-            break
-        entries = []
-        for i in active:
-            entries += [(t, pos[i] + j, seqs[i], j == len(feed[i]) - 1) for j, t in enumerate(feed[i])]
-        rows = _run(backend, entries)
-        for r, i in enumerate(active):
-            pos[i] += len(feed[i])
-            feed[i] = _advance(backend, drafts[i], phase, i, rows[r], forced, cfg)
-    backend.reset()
-    return drafts
-
-
-def share_plan(prompts: Sequence[Sequence[int]]) -> tuple[list[int], list[int], list[list[int]]]:
-    """(parent, shared, waves): prompt i copies its first shared[i] tokens' KV from prompt parent[i]
-    (-1: none) and decodes only the rest; waves group prompts whose parents are already decoded.
-
-    shared[i] <= len(prompt i) - 1, so every prompt decodes at least its last token (its logits).
-    """
-    parent, shared, depth = [], [], []
-    for i, p in enumerate(prompts):
-        best, at = 0, -1
-        for j in range(i):
-            lcp = _common_prefix([p, prompts[j]])
-            if lcp > best:
-                best, at = lcp, j
-        parent.append(at)
-        shared.append(min(best, len(p) - 1) if at >= 0 else 0)
-        depth.append(depth[at] + 1 if at >= 0 else 0)
-    waves = [[i for i in range(len(prompts)) if depth[i] == d] for d in range(max(depth, default=-1) + 1)]
-    return parent, shared, waves
-
-
-def _advance(backend: Any, d: DraftTokens, phase: list[str], i: int, row: np.ndarray, forced: list[int],
-             cfg: SpecRagConfig) -> list[int]:
-    """Pick draft i's next token from its logits row; update its phase; return what to feed next."""
-    tok = int(np.argmax(row))
-    lp = _logprob(row, tok)
-    piece = backend.token_bytes(tok).decode("utf-8", errors="replace")
-    if phase[i] == "rationale":
-        if backend.is_eog(tok) or _stops(d.rationale_text + piece) or len(d.rationale) >= cfg.rationale_tokens:
-            phase[i] = "answer"
-            d.forced = list(forced)
-            return list(forced)
-        d.rationale.append(tok)
-        d.rationale_lp.append(lp)
-        d.rationale_text += piece
-        return [tok]
-    if backend.is_eog(tok) or "\n" in piece or len(d.answer) >= cfg.answer_tokens:
-        phase[i] = "done"
-        return []
-    d.answer.append(tok)
-    d.answer_lp.append(lp)
-    d.answer_text += piece
-    if len(d.answer) >= cfg.answer_tokens:
-        phase[i] = "done"
-        return []
-    return [tok]
-
-
-def _common_prefix(seqs: Sequence[Sequence[int]]) -> int:
-    n = 0
-    for col in zip(*seqs, strict=False):
-        if any(t != col[0] for t in col):
-            break
-        n += 1
-    return n
-
-
-def _run(backend: Any, entries: list[tuple[int, int, int, bool]]) -> list[np.ndarray]:
-    """Decode (token, pos, seq, want_logits) entries in n_batch-sized decodes; copies of the wanted rows."""
-    rows: list[np.ndarray] = []
-    step = backend.n_batch
-    for start in range(0, len(entries), step):
-        part = entries[start : start + step]
-        toks, poss, seqs, outs = zip(*part, strict=True)
-        view = backend.decode_batch(toks, poss, seqs, outs)
-        rows += [np.array(view[j]) for j in range(view.shape[0])]
-    return rows
-
-
 # --------------------------------------------------------------------------- verify
 @dataclass
 class VerifyScore:
@@ -306,12 +164,12 @@ def verify(backend: Any, question: str, drafts: Sequence[tuple[str, str]], cfg: 
             entries.append((t, p, s, out))
             if out:
                 want.append((s, *need[p]))
-    rows = _run(backend, entries)
+    rows = decode_rows(backend, entries)
     cons = [0.0] * len(drafts)
     refl = [0.0] * len(drafts)
     count = [0] * len(drafts)
     for (s, kind, tok), row in zip(want, rows, strict=True):
-        lp = _logprob(row, tok)
+        lp = token_logprob(row, tok)
         if kind == "c":
             cons[s] += lp
             count[s] += 1
@@ -413,8 +271,10 @@ class SpeculativeRAG:
             subsets = random_subsets(len(hits), cfg.k, cfg.m, cfg.seed)
         stats["cluster_s"] = time.perf_counter() - t
         t = time.perf_counter()
-        prompts = [draft_prompt(self.drafter, question, [hits[i].text for i in sub], cfg) for sub in subsets]
-        toks = draft(self.drafter.backend, prompts, cfg)
+        texts = [[hits[i].text for i in sub] for sub in subsets]
+        prompts = [draft_prompt(self.drafter, question, chunks, cfg) for chunks in texts]
+        sources = [chunk_tokens(self.drafter, chunks) for chunks in texts]
+        toks = draft(self.drafter.backend, prompts, cfg, sources=sources)
         stats["draft_s"] = time.perf_counter() - t
         t = time.perf_counter()
         scores = None

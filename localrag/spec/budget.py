@@ -190,6 +190,12 @@ class Calibrator:
     (a model that paraphrases rather than quotes makes every retrieval bucket start
     low), and its own data replaces that within a few steps. Nothing here depends on
     the hardware.
+
+    ``realism``: EMA of realised / expected gain of speculative steps. The estimates are per
+    node and per bucket; where they run optimistic for this model pair (correlated
+    rejections, a model that drifts off the source text), speculation must promise
+    proportionally more before it is tried (min_gain / realism). Shared with the buckets, so
+    a new answer starts from what earlier answers showed.
     """
 
     EDGES = (0.02, 0.1, 0.25, 0.5, 0.75, 0.9)  # buckets of the raw confidence (draft p or frequency ratio)
@@ -200,6 +206,13 @@ class Calibrator:
         self.hits: dict[tuple, list[float]] = {}  # bucket -> [accepted, rejected]
         self.pooled: dict[str, list[float]] = {}  # source -> [accepted, rejected] over all its buckets
         self.n_updates = 0
+        self.realism = 1.0
+        self.n_gains = 0
+
+    def observe_gain(self, realised: float, expected: float) -> None:
+        """One speculative step's realised and expected speedup over a plain step."""
+        self.realism = min(max(0.8 * self.realism + 0.2 * realised / expected, 0.25), 1.5)
+        self.n_gains += 1
 
     def key(self, source: str, confidence: float, match_len: int = 0) -> tuple:
         b = bisect.bisect_right(self.EDGES, confidence)

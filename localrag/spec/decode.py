@@ -74,7 +74,7 @@ class RasdDecoder:
         self.datastore = Datastore(target.n_vocab, spec.max_match, spec.min_match)
         self.set_documents(documents)
         self.stats: dict = {}
-        self._prefill_s = 0.0  # the draft's prompt prefill (see prefill), reported in the stats
+        self._prefill_s = 0.0  # this decoder's share of the prompt prefill (see prefill), in the stats
         self._pays: tuple = (None, [])  # _may_pay's cache: (stamp, pays per match-length class)
         # diagnostics (bench, tests): when a list, the logits row each emitted token after the first
         # was chosen from is appended, so batched-vs-single numerics can be compared with plain's
@@ -83,10 +83,6 @@ class RasdDecoder:
 
     def _reset_answer_state(self) -> None:
         """What adapts within one answer (the calibrator, shared across answers, is kept)."""
-        # EMA of realised / expected gain of speculative steps: the acceptance estimates are per
-        # node and per bucket; when the text at hand makes them optimistic (a chat after a run of
-        # document QA), speculation must promise proportionally more before it is tried
-        self._realism = 1.0
         # realised tokens/s of steps that ran the draft model vs those that did not (a two-armed bandit)
         self._rate = {"draft": float("inf"), "nodraft": 1.0 / self.cost(1)}
         # steps to wait before re-probing speculation / the draft model (doubles after each lost probe)
@@ -125,13 +121,14 @@ class RasdDecoder:
         if not self.spec.use_budget:
             return True
         cal = self.calibrator
-        stamp = (cal.n_updates, self.stats.get("steps", 0) // 32)
+        stamp = (cal.n_updates, cal.n_gains, self.stats.get("steps", 0) // 32)
         if self._pays[0] != stamp:
+            realism = cal.realism
             pays = []
             for length in range(5):  # match lengths 0..3 and >= 4 (the calibrator's classes)
                 p = max(cal.p(cal.key(f"r{RETRIEVAL}", c, length)) for c in cal.MIDS)
                 chain = [p**d for d in range(1, self.spec.max_depth + 1)]
-                pays.append(plan(chain, self.cost, 0.0, self.spec.min_gain / self._realism)[0] > 0)
+                pays.append(plan(chain, self.cost, 0.0, self.spec.min_gain / realism)[0] > 0)
             self._pays = (stamp, pays)
         pays = self._pays[1]
         return pays[min(match_len, 4)] if match_len else any(pays[1:])
@@ -188,12 +185,14 @@ class RasdDecoder:
 
     # --- the loop -----------------------------------------------------------------
     def prefill(self, context: list[int]) -> None:
-        """The draft's prompt prefill, run by Generation in its prefill phase (timed there)."""
-        self._prefill_s = 0.0
+        """Prompt work, run by Generation in its prefill phase (timed there): the draft's prompt
+        prefill and the suffix index over the prompt (O(n), ~1-4 ms for a few hundred tokens)."""
+        t0 = time.perf_counter()
+        if self.spec.use_retrieval:
+            self.datastore.set_context(context)
         if self.draft is not None:
-            t0 = time.perf_counter()
             self.draft.sync(context)
-            self._prefill_s = time.perf_counter() - t0
+        self._prefill_s = time.perf_counter() - t0
 
     def __call__(
         self, backend: Backend, context: list[int], logits: np.ndarray, sampler: Sampler
@@ -201,7 +200,7 @@ class RasdDecoder:
         if backend is not self.target:
             raise ValueError("this RASD decoder was built for another backend")
         st = self._reset_stats()
-        st["time_draft_prefill_s"], self._prefill_s = self._prefill_s, 0.0
+        st["time_prefill_s"], self._prefill_s = self._prefill_s, 0.0
         self._reset_answer_state()
         tok = sampler.pick(logits)
         yield [tok]
@@ -222,7 +221,7 @@ class RasdDecoder:
                 keys = keys_for(prop, self.calibrator)
                 acc = estimate(prop, keys, self.calibrator)
                 # bets must clear min_gain after the correction for how the estimates have fared lately
-                need = self.spec.min_gain / self._realism
+                need = self.spec.min_gain / self.calibrator.realism
                 keep, gain = choose(prop, acc, self.spec, self.cost, 0.0, force, self.max_nodes, need)
                 if not keep:  # speculation does not pay now: one plain step
                     tv = time.perf_counter()
@@ -261,9 +260,8 @@ class RasdDecoder:
                 dt = time.perf_counter() - t_start
                 busy += dt
                 if size and gain == gain and gain > 0:
-                    # realised gain over plain (tokens in this step's time at T(1) each) / expected gain
-                    realised = len(out) * self.cost(1) / dt
-                    self._realism = min(max(0.8 * self._realism + 0.2 * realised / gain, 0.25), 1.5)
+                    # realised gain over plain: tokens in this step's time at T(1) each
+                    self.calibrator.observe_gain(len(out) * self.cost(1) / dt, gain)
                 arm = "draft" if use_draft else "nodraft"
                 rate = len(out) / dt
                 old = self._rate[arm]

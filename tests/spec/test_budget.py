@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from localrag.spec.budget import Calibrator, CostModel, plan
 
 
@@ -66,3 +68,14 @@ def test_cost_model_heals_a_stale_curve_online():
         assert abs(stale(k) / true(k) - 1) < 0.1, k
     stale.observe(4, 100.0)  # one outlier moves a point by at most 4 ** 0.1
     assert stale(4) < true(4) * 4**0.1 * 1.1
+
+
+def test_realism_tracks_realised_over_expected_gain_within_bounds():
+    cal = Calibrator()
+    assert cal.realism == 1.0
+    for _ in range(30):  # steps that deliver a quarter of what they promised
+        cal.observe_gain(0.5, 2.0)
+    assert cal.realism == pytest.approx(0.25, abs=0.01) and cal.n_gains == 30
+    for _ in range(30):  # estimates that turn out pessimistic raise it, up to the cap
+        cal.observe_gain(4.0, 1.0)
+    assert cal.realism == pytest.approx(1.5)

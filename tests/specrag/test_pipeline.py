@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from localrag.config import SpecRagConfig
+from localrag.specdraft import SpanCopy, chunk_tokens
 from localrag.specrag import (
     SpeculativeRAG,
     draft,
@@ -74,6 +75,40 @@ def test_draft_logprob_matches_token_by_token_decoding(drafter):
         logits = be.decode_one(tok)
     be.reset()
     assert d.logprob == pytest.approx(by_hand, rel=0.05, abs=0.05 * d.n_tokens)
+
+
+def test_extractive_drafts_copy_spans_and_keep_the_drafters_own_logprob(drafter):
+    prompts = _prompts(drafter, SUBSETS)
+    sources = [chunk_tokens(drafter, texts) for texts in SUBSETS]
+    together = draft(drafter.backend, prompts, CFG, sources=sources)
+    one_by_one = [draft(drafter.backend, [p], CFG, sources=[s])[0] for p, s in zip(prompts, sources, strict=True)]
+    for a, b in zip(together, one_by_one, strict=True):  # concurrent == sequential here too
+        assert a.rationale + a.forced + a.answer == b.rationale + b.forced + b.answer
+    be = drafter.backend
+    newline = be.tokenize("\n", add_special=False)[-1]
+    for d, src, texts in zip(together, sources, SUBSETS, strict=True):
+        assert d.rationale and d.answer
+        for part in (d.rationale_text, d.answer_text):  # both are quotes of the subset's chunks
+            assert any(part.strip() in t for t in texts), part
+        # replay: every token is the best-scoring span continuation (or stop), scored by the
+        # drafter's unconstrained log-softmax
+        be.reset()
+        logits = be.prefill(d.prompt)
+        copy = SpanCopy(src)
+        by_hand = 0.0
+        for phase in (d.rationale, d.answer):
+            copy.restart()
+            for j, tok in enumerate(phase):
+                allowed = copy.next_tokens() | ({newline} if j > 0 else set())
+                assert tok == max(allowed, key=lambda t: logits[t])
+                by_hand += _logsoftmax(logits)[tok]
+                copy.take(tok)
+                logits = be.decode_one(tok)
+            if phase is d.rationale:
+                for tok in d.forced:
+                    logits = be.decode_one(tok)
+        be.reset()
+        assert d.logprob == pytest.approx(by_hand, rel=0.05, abs=0.05 * d.n_tokens)
 
 
 def test_verifier_scores_match_token_by_token_decoding(verifier):

@@ -97,6 +97,21 @@ def test_share_plan_reuses_the_longest_earlier_prefix():
     assert waves == [[0], [1, 2, 3]]
 
 
+def test_span_copy_allows_exactly_the_continuations_of_a_copied_span():
+    from localrag.specdraft import SpanCopy
+
+    copy = SpanCopy([[5, 6, 7, 6, 8], [6, 9]])
+    assert copy.next_tokens() == {5, 6, 7, 8, 9}  # any token of any source may start a span
+    copy.take(6)  # occurs at source 0 positions 1 and 3, source 1 position 0
+    assert copy.next_tokens() == {7, 8, 9}
+    copy.take(8)  # "6 8" ends source 0: nothing can follow
+    assert copy.next_tokens() == set()
+    copy.restart()
+    copy.take(5)
+    copy.take(6)
+    assert copy.next_tokens() == {7}
+
+
 @pytest.mark.parametrize(("reply", "phrase"), [
     ("Answer: The answer is Paris.", "Paris"),
     ("According to the documents, 1066.\nRationale: the text says so", "1066"),

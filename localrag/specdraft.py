@@ -1,0 +1,262 @@
+"""Speculative RAG drafting: m drafts from m chunk subsets, decoded concurrently on llama.cpp.
+
+Each subset's draft is one KV sequence of the drafter; every step is one llama_decode holding
+the next token of every unfinished draft (see ``draft``). A draft is
+
+    "Rationale:" <evidence>  "\\nAnswer:" <answer>
+
+greedy, with the drafter's per-token log-probabilities kept for scoring (``DraftTokens``).
+
+Extractive drafting (``SpecRagConfig.extractive``, on by default): the rationale and the answer
+must each be a contiguous span of the subset's chunks, token for token (``SpanCopy``). The pick
+is the drafter's own argmax over the tokens that continue a span (or a stop); the kept
+log-probability is the drafter's unconstrained log p of that token, so the draft score still says
+how much the drafter believes it. This keeps a tiny drafter grounded: its rationale is a real
+quote, its answer a phrase from the documents.
+
+    python -m localrag ask "How much notice ends the contract?" --mode specrag
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from localrag.config import SpecRagConfig
+
+
+@dataclass
+class DraftTokens:
+    """One draft as the drafter produced it (drafter token ids and per-token log-probs)."""
+
+    prompt: list[int]
+    rationale: list[int] = field(default_factory=list)
+    forced: list[int] = field(default_factory=list)  # "\nAnswer:" inserted after the rationale
+    answer: list[int] = field(default_factory=list)
+    rationale_lp: list[float] = field(default_factory=list)
+    answer_lp: list[float] = field(default_factory=list)
+    rationale_text: str = ""
+    answer_text: str = ""
+
+    @property
+    def logprob(self) -> float:
+        """log P(rationale) + log P(answer | rationale)."""
+        return float(sum(self.rationale_lp) + sum(self.answer_lp))
+
+    @property
+    def n_tokens(self) -> int:
+        return len(self.rationale) + len(self.answer)
+
+
+class SpanCopy:
+    """Extractive constraint: the tokens taken since ``restart`` form a contiguous span of one of
+    the source token sequences. ``open`` holds every (source, position) where that span could
+    continue; the allowed next tokens are the tokens at those positions."""
+
+    def __init__(self, sources: Sequence[Sequence[int]]):
+        self.sources = [list(s) for s in sources]
+        self.restart()
+
+    def restart(self) -> None:
+        self.open = [(s, p) for s, src in enumerate(self.sources) for p in range(len(src))]
+
+    def next_tokens(self) -> set[int]:
+        return {self.sources[s][p] for s, p in self.open}
+
+    def take(self, token: int) -> None:
+        self.open = [(s, p + 1) for s, p in self.open
+                     if self.sources[s][p] == token and p + 1 < len(self.sources[s])]
+
+
+def draft_prompt(engine: Any, question: str, chunks: Sequence[str], cfg: SpecRagConfig) -> list[int]:
+    """Drafter prompt tokens: instructions, a one-shot example (if configured), this subset's
+    chunks, the question, then "Rationale:"."""
+    msgs = [{"role": "system", "content": cfg.drafter_prompt}]
+    if cfg.drafter_example:
+        doc, q, rationale, answer = cfg.drafter_example
+        msgs += [{"role": "user", "content": _user_turn([doc], q)},
+                 {"role": "assistant", "content": f"Rationale: {rationale}\nAnswer: {answer}"}]
+    msgs.append({"role": "user", "content": _user_turn(chunks, question)})
+    return engine.encode_prompt(engine.prompt.render(msgs) + "Rationale:")
+
+
+def chunk_tokens(engine: Any, chunks: Sequence[str]) -> list[list[int]]:
+    """The sources a draft may copy from, in the drafter's tokens. A leading space makes the first
+    word tokenize as it does after "Rationale:" / "Answer:"."""
+    return [engine.backend.tokenize(" " + c.strip(), add_special=False) for c in chunks]
+
+
+def _user_turn(chunks: Sequence[str], question: str) -> str:
+    docs = "\n\n".join(f"[{i}] {c.strip()}" for i, c in enumerate(chunks, start=1))
+    return f"Documents:\n{docs}\n\nQuestion: {question}"
+
+
+def token_logprob(row: np.ndarray, token: int) -> float:
+    """log softmax(row)[token], computed stably in float64."""
+    r = row.astype(np.float64)
+    mx = r.max()
+    return float(r[token] - mx - np.log(np.exp(r - mx).sum()))
+
+
+def draft(backend: Any, prompts: Sequence[list[int]], cfg: SpecRagConfig, seq_base: int = 0,
+          sources: Sequence[Sequence[Sequence[int]]] | None = None) -> list[DraftTokens]:
+    """Greedy drafts for all prompts at once: prompt i decodes in KV sequence seq_base + i.
+
+    ``sources[i]``: the token sequences draft i must copy from when ``cfg.extractive`` (its
+    subset's chunks, ``chunk_tokens``); None drafts freely.
+
+    Prefill shares KV: prompt i reuses the longest prefix it has in common with an earlier
+    prompt (the instructions always; the first chunk too when two subsets start with the same
+    chunk) by copying those cells (unified KV), so only its own remainder is decoded; see
+    ``share_plan``. Then each step is one llama_decode holding the next token of every
+    unfinished draft. Phases per draft: rationale (until a newline, "Answer", the end of a
+    copied sentence, EOG or the token limit) -> the forced tokens "\nAnswer:" -> answer (until
+    a newline, EOG or the limit). The stopping token is not part of the draft (nor of its
+    log-probability).
+    """
+    n = len(prompts)
+    backend.reset()
+    forced = backend.tokenize("\nAnswer:", add_special=False)
+    newline = backend.tokenize("\n", add_special=False)[-1]
+    copiers = [SpanCopy(sources[i]) if (cfg.extractive and sources) else None for i in range(n)]
+    seqs = [seq_base + i for i in range(n)]
+    parent, shared, waves = share_plan(prompts)
+    first: list[np.ndarray | None] = [None] * n
+    for wave in waves:  # one batched decode per wave of prompts (parents are always in earlier waves)
+        entries = []
+        for i in wave:
+            if parent[i] >= 0:
+                backend.seq_cp(seqs[parent[i]], seqs[i], 0, shared[i])
+            rest = prompts[i][shared[i]:]
+            entries += [(t, shared[i] + j, seqs[i], j == len(rest) - 1) for j, t in enumerate(rest)]
+        for i, row in zip(wave, decode_rows(backend, entries), strict=True):
+            first[i] = row
+    drafts = [DraftTokens(prompt=list(p)) for p in prompts]
+    pos = [len(p) for p in prompts]
+    phase = ["rationale"] * n
+    step = _Stepper(backend, cfg, forced, newline)
+    feed = [step.advance(drafts[i], phase, i, first[i], copiers[i]) for i in range(n)]
+    while True:
+        active = [i for i in range(n) if phase[i] != "done"]
+        if not active:
+            break
+        entries = []
+        for i in active:
+            entries += [(t, pos[i] + j, seqs[i], j == len(feed[i]) - 1) for j, t in enumerate(feed[i])]
+        rows = decode_rows(backend, entries)
+        for r, i in enumerate(active):
+            pos[i] += len(feed[i])
+            feed[i] = step.advance(drafts[i], phase, i, rows[r], copiers[i])
+    backend.reset()
+    return drafts
+
+
+def share_plan(prompts: Sequence[Sequence[int]]) -> tuple[list[int], list[int], list[list[int]]]:
+    """(parent, shared, waves): prompt i copies its first shared[i] tokens' KV from prompt parent[i]
+    (-1: none) and decodes only the rest; waves group prompts whose parents are already decoded.
+
+    shared[i] <= len(prompt i) - 1, so every prompt decodes at least its last token (its logits).
+    """
+    parent, shared, depth = [], [], []
+    for i, p in enumerate(prompts):
+        best, at = 0, -1
+        for j in range(i):
+            lcp = _common_prefix([p, prompts[j]])
+            if lcp > best:
+                best, at = lcp, j
+        parent.append(at)
+        shared.append(min(best, len(p) - 1) if at >= 0 else 0)
+        depth.append(depth[at] + 1 if at >= 0 else 0)
+    waves = [[i for i in range(len(prompts)) if depth[i] == d] for d in range(max(depth, default=-1) + 1)]
+    return parent, shared, waves
+
+
+@dataclass(frozen=True)
+class _Stepper:
+    """Picks a draft's next token from its logits row, moves its phase, says what to feed next."""
+
+    backend: Any
+    cfg: SpecRagConfig
+    forced: list[int]
+    newline: int
+
+    def pick(self, row: np.ndarray, copier: SpanCopy | None, may_stop: bool) -> int | None:
+        """The greedy token; with a copier, the argmax over span continuations and (when the
+        draft may stop) the newline. None = stop: the drafter's own argmax is end-of-generation,
+        or no span continues."""
+        top = int(np.argmax(row))
+        if copier is None:
+            return top
+        if may_stop and self.backend.is_eog(top):
+            return None
+        allowed = copier.next_tokens() | ({self.newline} if may_stop else set())
+        return max(allowed, key=lambda t: row[t]) if allowed else None
+
+    def advance(self, d: DraftTokens, phase: list[str], i: int, row: np.ndarray,
+                copier: SpanCopy | None) -> list[int]:
+        cfg = self.cfg
+        if phase[i] == "rationale":
+            tok = self.pick(row, copier, may_stop=bool(d.rationale))
+            piece = self._piece(tok)
+            if (tok is None or self.backend.is_eog(tok) or "\n" in piece or "Answer" in d.rationale_text + piece
+                    or len(d.rationale) >= cfg.rationale_tokens):
+                return self._start_answer(d, phase, i, copier)
+            d.rationale.append(tok)
+            d.rationale_lp.append(token_logprob(row, tok))
+            d.rationale_text += piece
+            if copier is not None:
+                copier.take(tok)
+                if piece.rstrip().endswith((".", "!", "?")):  # a quoted sentence is complete
+                    return [tok] + self._start_answer(d, phase, i, copier)
+            return [tok]
+        tok = self.pick(row, copier, may_stop=bool(d.answer))
+        piece = self._piece(tok)
+        if tok is None or self.backend.is_eog(tok) or "\n" in piece or len(d.answer) >= cfg.answer_tokens:
+            phase[i] = "done"
+            return []
+        d.answer.append(tok)
+        d.answer_lp.append(token_logprob(row, tok))
+        d.answer_text += piece
+        if copier is not None:
+            copier.take(tok)
+            if piece.rstrip().endswith((".", "!", "?")):  # the copied phrase ends a sentence
+                phase[i] = "done"
+                return []
+        if len(d.answer) >= cfg.answer_tokens:
+            phase[i] = "done"
+            return []
+        return [tok]
+
+    def _start_answer(self, d: DraftTokens, phase: list[str], i: int, copier: SpanCopy | None) -> list[int]:
+        phase[i] = "answer"
+        d.forced = list(self.forced)
+        if copier is not None:
+            copier.restart()
+        return list(self.forced)
+
+    def _piece(self, tok: int | None) -> str:
+        return "" if tok is None else self.backend.token_bytes(tok).decode("utf-8", errors="replace")
+
+
+def _common_prefix(seqs: Sequence[Sequence[int]]) -> int:
+    n = 0
+    for col in zip(*seqs, strict=False):
+        if any(t != col[0] for t in col):
+            break
+        n += 1
+    return n
+
+
+def decode_rows(backend: Any, entries: list[tuple[int, int, int, bool]]) -> list[np.ndarray]:
+    """Decode (token, pos, seq, want_logits) entries in n_batch-sized decodes; copies of the wanted rows."""
+    rows: list[np.ndarray] = []
+    step = backend.n_batch
+    for start in range(0, len(entries), step):
+        part = entries[start : start + step]
+        toks, poss, seqs, outs = zip(*part, strict=True)
+        view = backend.decode_batch(toks, poss, seqs, outs)
+        rows += [np.array(view[j]) for j in range(view.shape[0])]
+    return rows
