@@ -116,9 +116,13 @@ def choose(
     if not spec.use_budget:
         return [0, *order], float("nan")
     need = spec.min_gain if min_gain is None else min_gain
-    k, gain = plan([acc[v] for v in order], cost, overhead_s, 0.0 if force else need)
-    if k == 0 and force:  # probe: the smallest tree worth testing, its best node
+    k, gain = plan([acc[v] for v in order], cost, overhead_s, need)
+    if k == 0 and force:
+        # probe: only the best node. A probe exists to learn whether acceptance has risen (one
+        # Bernoulli trial of its bucket), and the smallest tree is the cheapest to lose:
+        # T(2) - T(1) instead of T(k + 1) - T(1).
         k = 1
+        gain = (1.0 + acc[order[0]]) * cost(1) / (cost(2) + overhead_s)
     return ([0, *order[:k]] if k else []), gain
 
 

@@ -79,3 +79,21 @@ def test_realism_tracks_realised_over_expected_gain_within_bounds():
     for _ in range(30):  # estimates that turn out pessimistic raise it, up to the cap
         cal.observe_gain(4.0, 1.0)
     assert cal.realism == pytest.approx(1.5)
+
+
+def test_a_forced_probe_verifies_only_the_best_node():
+    from localrag.config import SpecConfig
+    from localrag.spec.rasd import Proposal, choose
+    from localrag.spec.tree import RETRIEVAL, TokenTree
+
+    tree = TokenTree(7)
+    a = tree.add_node(0, 1, 0.9, RETRIEVAL)
+    tree.add_node(a, 2, 0.8, RETRIEVAL)
+    tree.add_node(0, 3, 0.5, RETRIEVAL)
+    prop = Proposal(tree, [1.0, 0.9, 0.8, 0.5], draft_scored=False)
+    acc = [1.0, 0.2, 0.2, 0.1]  # too low to pay on a steep cost curve
+    cost = CostModel([1, 2, 4], [0.010, 0.014, 0.022])
+    assert choose(prop, acc, SpecConfig(), cost, 0.0, False, 8) == ([], 1.0)
+    keep, gain = choose(prop, acc, SpecConfig(), cost, 0.0, True, 8)
+    assert keep == [0, 1]
+    assert gain == pytest.approx(1.2 * 0.010 / 0.014)
