@@ -264,3 +264,33 @@ def plan(
     if best_k and gain < min_gain:
         return 0, 1.0
     return best_k, gain
+
+
+class DraftBandit:
+    """Run the draft model this step or not: a two-armed bandit on realised tokens/s.
+
+    Each arm's rate is an EMA of the tokens/s of its steps (drafting time included). Once the
+    draft arm falls behind, a probe runs it again after ``wait`` steps without it (doubling
+    after each lost probe, up to 1024). A probe's rate REPLACES the draft arm's estimate
+    instead of blending into it: that estimate is exactly what the probe doubts, and blended
+    at 0.2 a single bad first step would outweigh several winning probes.
+    """
+
+    def __init__(self, plain_rate: float, probe_every: int):
+        self.rate = {"draft": float("inf"), "nodraft": plain_rate}
+        self.base = probe_every
+        self.wait = probe_every
+        self.skipped = 0  # steps without the draft since it last ran
+
+    def use_draft(self) -> bool:
+        return self.rate["draft"] >= self.rate["nodraft"] or self.skipped >= self.wait
+
+    def record(self, used_draft: bool, rate: float) -> None:
+        probe = used_draft and self.skipped >= self.wait
+        arm = "draft" if used_draft else "nodraft"
+        old = self.rate[arm]
+        self.rate[arm] = rate if (probe or old == float("inf")) else 0.8 * old + 0.2 * rate
+        if probe:
+            won = self.rate["draft"] >= self.rate["nodraft"]
+            self.wait = self.base if won else min(self.wait * 2, 1024)
+        self.skipped = 0 if used_draft else self.skipped + 1

@@ -26,7 +26,7 @@ import numpy as np
 from localrag.backends.base import Backend
 from localrag.config import SpecConfig
 from localrag.generation import Decoder, Sampler
-from localrag.spec.budget import Calibrator, CostModel, plan
+from localrag.spec.budget import Calibrator, CostModel, DraftBandit, plan
 from localrag.spec.draft import DraftModel
 from localrag.spec.rasd import (
     Proposal,
@@ -83,10 +83,10 @@ class RasdDecoder:
 
     def _reset_answer_state(self) -> None:
         """What adapts within one answer (the calibrator, shared across answers, is kept)."""
-        # realised tokens/s of steps that ran the draft model vs those that did not (a two-armed bandit)
-        self._rate = {"draft": float("inf"), "nodraft": 1.0 / self.cost(1)}
-        # steps to wait before re-probing speculation / the draft model (doubles after each lost probe)
-        self._probe = {"spec": self.spec.probe_every, "draft": self.spec.probe_every}
+        # run the draft model or not, by the realised tokens/s of steps with and without it
+        self._draft_arm = DraftBandit(1.0 / self.cost(1), self.spec.probe_every)
+        # plain steps to wait before probing speculation again (doubles after each lost probe)
+        self._probe = {"spec": self.spec.probe_every}
 
     def _draft_model(self, draft: Backend) -> DraftModel:
         """The draft's tree policy from its own cost curve and the target's.
@@ -204,7 +204,7 @@ class RasdDecoder:
         self._reset_answer_state()
         tok = sampler.pick(logits)
         yield [tok]
-        plain_run, draft_skip = 0, 0
+        plain_run = 0
         busy = 0.0
         try:
             while True:
@@ -213,8 +213,7 @@ class RasdDecoder:
                 # run the draft model when its steps have paid better than steps without it (or to re-probe)
                 use_draft = self.draft is not None and (
                     not self.spec.use_budget
-                    or self._rate["draft"] >= self._rate["nodraft"]
-                    or draft_skip >= self._probe["draft"]
+                    or self._draft_arm.use_draft()
                 )
                 force = plain_run >= self._probe["spec"]
                 prop = self.propose(ctx, tok, use_draft, force)
@@ -262,14 +261,8 @@ class RasdDecoder:
                 if size and gain == gain and gain > 0:
                     # realised gain over plain: tokens in this step's time at T(1) each
                     self.calibrator.observe_gain(len(out) * self.cost(1) / dt, gain)
-                arm = "draft" if use_draft else "nodraft"
-                rate = len(out) / dt
-                old = self._rate[arm]
-                self._rate[arm] = rate if old == float("inf") else 0.8 * old + 0.2 * rate
-                if use_draft and draft_skip >= self._probe["draft"]:  # a draft probe: did it pay?
-                    paid = self._rate["draft"] >= self._rate["nodraft"]
-                    self._probe["draft"] = self.spec.probe_every if paid else min(self._probe["draft"] * 2, 1024)
-                draft_skip = 0 if use_draft else draft_skip + 1
+                if self.draft is not None:
+                    self._draft_arm.record(use_draft, len(out) / dt)
                 st["steps"] += 1
                 st["tokens"] += len(out)
                 st["accepted_per_step"].append(len(out))

@@ -97,3 +97,33 @@ def test_a_forced_probe_verifies_only_the_best_node():
     keep, gain = choose(prop, acc, SpecConfig(), cost, 0.0, True, 8)
     assert keep == [0, 1]
     assert gain == pytest.approx(1.2 * 0.010 / 0.014)
+
+
+def test_draft_bandit_a_winning_probe_restores_the_draft():
+    from localrag.spec.budget import DraftBandit
+
+    arm = DraftBandit(plain_rate=20.0, probe_every=4)
+    assert arm.use_draft()  # untried: the draft runs first
+    arm.record(True, 10.0)  # a losing first draft step (its tree was not worth verifying)
+    for _ in range(4):
+        assert not arm.use_draft()
+        arm.record(False, 20.0)
+    assert arm.use_draft()  # the probe
+    arm.record(True, 30.0)  # wins: its rate replaces the stale 10 tok/s
+    assert arm.rate["draft"] == 30.0 and arm.use_draft() and arm.wait == 4
+    arm.record(True, 5.0)  # an ordinary draft step blends in (EMA 0.2)
+    assert arm.rate["draft"] == pytest.approx(25.0) and arm.use_draft()
+
+
+def test_draft_bandit_lost_probes_double_the_wait():
+    from localrag.spec.budget import DraftBandit
+
+    arm = DraftBandit(plain_rate=20.0, probe_every=2)
+    arm.record(True, 10.0)
+    waits = []
+    for _ in range(3):
+        while not arm.use_draft():
+            arm.record(False, 20.0)
+        arm.record(True, 10.0)  # the probe loses
+        waits.append(arm.wait)
+    assert waits == [4, 8, 16]
