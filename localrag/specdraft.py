@@ -209,7 +209,7 @@ class _Stepper:
             d.rationale_text += piece
             if copier is not None:
                 copier.take(tok)
-                if piece.rstrip().endswith((".", "!", "?")):  # a quoted sentence is complete
+                if _ends_sentence(piece):  # a quoted sentence is complete
                     return [tok] + self._start_answer(d, phase, i, copier)
             return [tok]
         tok = self.pick(row, copier, may_stop=bool(d.answer))
@@ -222,7 +222,7 @@ class _Stepper:
         d.answer_text += piece
         if copier is not None:
             copier.take(tok)
-            if piece.rstrip().endswith((".", "!", "?")):  # the copied phrase ends a sentence
+            if _ends_sentence(piece):  # the copied phrase ends a sentence
                 phase[i] = "done"
                 return []
         if len(d.answer) >= cfg.answer_tokens:
@@ -239,6 +239,10 @@ class _Stepper:
 
     def _piece(self, tok: int | None) -> str:
         return "" if tok is None else self.backend.token_bytes(tok).decode("utf-8", errors="replace")
+
+
+def _ends_sentence(piece: str) -> bool:
+    return piece.rstrip().endswith((".", "!", "?"))
 
 
 def _common_prefix(seqs: Sequence[Sequence[int]]) -> int:
