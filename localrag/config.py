@@ -160,10 +160,10 @@ class SpecConfig:
     retrieval_top: int = 32  # retrieval nodes kept after pruning (RASD)
     retrieval_min_score: float = 0.0  # drop retrieval nodes below this draft-cumulative probability
     # draft model (dynamic tree, EAGLE-2 style)
-    draft_nodes: int = 16  # nodes the draft tree grows to
+    draft_nodes: int = 16  # nodes the draft tree grows to (a chain: its longest, with max_depth)
     draft_branch: int = 4  # top-k children considered per expanded node
     draft_width: int = 4  # nodes expanded per draft forward
-    draft_depth: int = 6  # draft forwards per step, at most
+    draft_depth: int = 6  # draft tree rounds (batched forwards) per step, at most
     # grow a single greedy chain (incremental, cost-aware) instead of a tree; None = decide from the
     # draft's measured cost curve (a chain when a 4-token forward costs over 1.6x one token)
     draft_chain: bool | None = None

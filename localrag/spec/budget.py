@@ -191,11 +191,13 @@ class Calibrator:
     low), and its own data replaces that within a few steps. Nothing here depends on
     the hardware.
 
-    ``realism``: EMA of realised / expected gain of speculative steps. The estimates are per
-    node and per bucket; where they run optimistic for this model pair (correlated
-    rejections, a model that drifts off the source text), speculation must promise
-    proportionally more before it is tried (min_gain / realism). Shared with the buckets, so
-    a new answer starts from what earlier answers showed.
+    ``realism``: per scorer ("r": retrieval frequencies, "d": draft probabilities), EMA of
+    realised / expected gain of speculative steps. The estimates are per node and per bucket;
+    where they run optimistic for this model pair (correlated rejections, a model that drifts
+    off the source text), speculation must promise proportionally more before it is tried
+    (min_gain / realism). Per scorer because the two err apart: a near-copy draft runs
+    pessimistic while retrieval runs optimistic. Shared with the buckets, so a new answer
+    starts from what earlier answers showed.
     """
 
     EDGES = (0.02, 0.1, 0.25, 0.5, 0.75, 0.9)  # buckets of the raw confidence (draft p or frequency ratio)
@@ -206,12 +208,16 @@ class Calibrator:
         self.hits: dict[tuple, list[float]] = {}  # bucket -> [accepted, rejected]
         self.pooled: dict[str, list[float]] = {}  # source -> [accepted, rejected] over all its buckets
         self.n_updates = 0
-        self.realism = 1.0
+        self.realism: dict[str, float] = {}  # scorer -> EMA of realised / expected gain
         self.n_gains = 0
 
-    def observe_gain(self, realised: float, expected: float) -> None:
+    def realism_of(self, scorer: str) -> float:
+        return self.realism.get(scorer, 1.0)
+
+    def observe_gain(self, realised: float, expected: float, scorer: str = "r") -> None:
         """One speculative step's realised and expected speedup over a plain step."""
-        self.realism = min(max(0.8 * self.realism + 0.2 * realised / expected, 0.25), 1.5)
+        r = 0.8 * self.realism_of(scorer) + 0.2 * realised / expected
+        self.realism[scorer] = min(max(r, 0.25), 1.5)
         self.n_gains += 1
 
     def key(self, source: str, confidence: float, match_len: int = 0) -> tuple:
@@ -281,6 +287,10 @@ class DraftBandit:
         self.base = probe_every
         self.wait = probe_every
         self.skipped = 0  # steps without the draft since it last ran
+
+    def probe_due(self) -> bool:
+        """The draft is behind, and has waited long enough to be tried again."""
+        return self.rate["draft"] < self.rate["nodraft"] and self.skipped >= self.wait
 
     def use_draft(self) -> bool:
         return self.rate["draft"] >= self.rate["nodraft"] or self.skipped >= self.wait

@@ -39,7 +39,7 @@ from localrag.spec.rasd import (
     source_name,
 )
 from localrag.spec.retrieval import Datastore
-from localrag.spec.tree import RETRIEVAL, TokenTree
+from localrag.spec.tree import DRAFT, RETRIEVAL, TokenTree
 from localrag.spec.verify import accept
 
 SOURCES = ("draft", "retrieval", "both")
@@ -69,6 +69,7 @@ class RasdDecoder:
                 else CostModel.linear()
             )
         self.cost = cost
+        self._draft_t1 = 0.0  # the draft's one-token forward, seconds (measured with its cost curve)
         self.draft = self._draft_model(draft) if draft is not None else None
         self.calibrator = calibrator if calibrator is not None else Calibrator()
         self.datastore = Datastore(target.n_vocab, spec.max_match, spec.min_match)
@@ -79,12 +80,15 @@ class RasdDecoder:
         # diagnostics (bench, tests): when a list, the logits row each emitted token after the first
         # was chosen from is appended, so batched-vs-single numerics can be compared with plain's
         self.record_logits: list[np.ndarray] | None = None
+        # run the draft model or not, by the realised tokens/s of steps with and without it; kept
+        # across answers like the calibrator, so one unlucky step at the start of an answer cannot
+        # switch off a draft that earlier answers showed pays
+        self._draft_arm = DraftBandit(1.0 / self.cost(1), self.spec.probe_every)
         self._reset_answer_state()
 
     def _reset_answer_state(self) -> None:
-        """What adapts within one answer (the calibrator, shared across answers, is kept)."""
-        # run the draft model or not, by the realised tokens/s of steps with and without it
-        self._draft_arm = DraftBandit(1.0 / self.cost(1), self.spec.probe_every)
+        """What adapts within one answer (the calibrator and the draft bandit are kept)."""
+        self._draft_arm.skipped = 0  # the prompt prefill synced the draft
         # plain steps to wait before probing speculation again (doubles after each lost probe)
         self._probe_wait = self.spec.probe_every
 
@@ -100,6 +104,7 @@ class RasdDecoder:
         if not spec.calibrate:
             return DraftModel(draft, spec, chain=bool(spec.draft_chain))
         dcost = CostModel.load_or_measure(draft, 8)
+        self._draft_t1 = dcost(1)
         chain = dcost(4) > 1.6 * dcost(1) if spec.draft_chain is None else spec.draft_chain
         slope = (self.cost(9) - self.cost(1)) / 8  # target verify cost per extra node
         min_p = (dcost(1) + slope) / self.cost(1) if spec.use_budget else 0.0
@@ -123,7 +128,7 @@ class RasdDecoder:
         cal = self.calibrator
         stamp = (cal.n_updates, cal.n_gains, self.stats.get("steps", 0) // 32)
         if self._pays[0] != stamp:
-            realism = cal.realism
+            realism = cal.realism_of("r")
             pays = []
             for length in range(5):  # match lengths 0..3 and >= 4 (the calibrator's classes)
                 p = max(cal.p(cal.key(f"r{RETRIEVAL}", c, length)) for c in cal.MIDS)
@@ -132,6 +137,21 @@ class RasdDecoder:
             self._pays = (stamp, pays)
         pays = self._pays[1]
         return pays[min(match_len, 4)] if match_len else any(pays[1:])
+
+    def _retrieval_wins(self, rtree: TokenTree, match_len: int) -> bool:
+        """Does the retrieval tree alone promise more tokens/s than the draft's steps realise?
+
+        Then this step skips the draft model: a long verbatim match is free to propose, while the
+        draft pays a forward per drafted token. The retrieval side is the budget's expected gain
+        corrected by how such estimates have fared lately (realism); the draft side is measured."""
+        if len(rtree) <= 1 or not self.spec.use_budget:
+            return False
+        prop = Proposal(*prune_retrieval(rtree, self.spec), draft_scored=False, match_len=match_len)
+        keys = keys_for(prop, self.calibrator)
+        acc = estimate(prop, keys, self.calibrator)
+        realism = self.calibrator.realism_of("r")
+        keep, gain = choose(prop, acc, self.spec, self.cost, 0.0, False, self.max_nodes, self.spec.min_gain / realism)
+        return bool(keep) and gain * realism / self.cost(1) >= self._draft_arm.rate["draft"]
 
     def propose(self, ctx: list[int], root: int, use_draft: bool, force: bool = False) -> Proposal:
         """Retrieval trie (timed), draft tree (timed), RASD prune + fuse."""
@@ -143,24 +163,33 @@ class RasdDecoder:
             match = self.datastore.longest_match(ctx)
             if match is not None and (use_draft or force or self._may_pay(match.length)):
                 rtree, mlen = self.datastore.trie(match, root, s.max_depth, s.max_occurrences)
+        probe = use_draft and self._draft_arm.probe_due()
+        if use_draft and not probe and self._retrieval_wins(rtree, mlen):
+            use_draft = False
         t1 = time.perf_counter()
         dt = t1 - t0
         st["time_retrieve_s"] += dt
         st["lookup_ms_max"] = max(st["lookup_ms_max"], dt * 1e3)
         if not use_draft:
-            rtree, rcond = prune_retrieval(rtree, s)
-            return Proposal(rtree, rcond, draft_scored=False, match_len=mlen)
-        dm = self.draft
+            return Proposal(*prune_retrieval(rtree, s), draft_scored=False, match_len=mlen)
+        dm, cal = self.draft, self.calibrator
         root_probs = dm.sync(ctx)  # draft KV follows the accepted tokens (only new ones prefilled)
-        dtree, dists = dm.grow(root, root_probs)
+        catchup = 0.0
+        if probe:
+            # the draft was off for a while: this sync also prefilled every token accepted since.
+            # That is the price of switching it back on, paid once, not a cost of drafting (a
+            # synced draft prefills about one token per step), so the probe is judged without it.
+            catchup = max(0.0, time.perf_counter() - t1 - self._draft_t1)
+        dtree, dists = dm.grow(root, root_probs, lambda p: cal.p(cal.key(f"d{DRAFT}", p)))
         known = {}
         for v, probs in dists.items():
             known[tuple(dtree.tokens[u] for u in dtree.path_to(v)[1:])] = probs
         rtree, rcond = prune_retrieval(rtree, s, dm, known)
         tree, cond = fuse(dtree, draft_cond(dtree), rtree, rcond)
-        st["time_draft_s"] += time.perf_counter() - t1
+        draft_s = time.perf_counter() - t1
+        st["time_draft_s"] += draft_s
         st["draft_steps"] += 1
-        return Proposal(tree, cond, draft_scored=True, match_len=mlen)
+        return Proposal(tree, cond, draft_scored=True, match_len=mlen, draft_s=draft_s, catchup_s=catchup)
 
     def verify(self, vt: TokenTree, sampler: Sampler) -> tuple[list[int], int]:
         """ONE target forward over the tree, lossless acceptance, KV commit of root + path."""
@@ -220,7 +249,8 @@ class RasdDecoder:
                 keys = keys_for(prop, self.calibrator)
                 acc = estimate(prop, keys, self.calibrator)
                 # bets must clear min_gain after the correction for how the estimates have fared lately
-                need = self.spec.min_gain / self.calibrator.realism
+                scorer = "d" if prop.draft_scored else "r"
+                need = self.spec.min_gain / self.calibrator.realism_of(scorer)
                 keep, gain = choose(prop, acc, self.spec, self.cost, 0.0, force, self.max_nodes, need)
                 if not keep:  # speculation does not pay now: one plain step
                     tv = time.perf_counter()
@@ -258,11 +288,15 @@ class RasdDecoder:
                     st["expected_gain_sum"] += gain if gain == gain else 0.0
                 dt = time.perf_counter() - t_start
                 busy += dt
+                dt_steady = dt - prop.catchup_s  # what this step costs with the draft kept in sync
                 if size and gain == gain and gain > 0:
-                    # realised gain over plain: tokens in this step's time at T(1) each
-                    self.calibrator.observe_gain(len(out) * self.cost(1) / dt, gain)
+                    # realised gain over plain (tokens in this step's time at T(1) each) against the
+                    # expected gain with the drafting time the step paid (the plan took it as sunk)
+                    t_tree = self.cost(size + 1)
+                    expected = gain * t_tree / (t_tree + prop.draft_s - prop.catchup_s)
+                    self.calibrator.observe_gain(len(out) * self.cost(1) / dt_steady, expected, scorer)
                 if self.draft is not None:
-                    self._draft_arm.record(use_draft, len(out) / dt)
+                    self._draft_arm.record(prop.draft_scored, len(out) / dt_steady)
                 st["steps"] += 1
                 st["tokens"] += len(out)
                 st["accepted_per_step"].append(len(out))

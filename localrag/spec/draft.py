@@ -10,11 +10,13 @@
   best ``width`` unexpanded nodes in one forward pass and adds their top
   ``branch`` children, until ``draft_nodes`` or ``draft_depth`` rounds. Or, where
   the draft's batched forwards are not cheaper per token (a CPU), a greedy chain
-  decoded incrementally on the draft's KV, stopped where the next node no longer
-  pays for itself. The draft's distribution at every expanded node is kept (for
-  RASD pruning).
+  decoded incrementally on the draft's KV, stopped where the next node's
+  calibrated acceptance no longer pays for it. The chain stays in the draft's KV,
+  so the next ``sync`` prefills only what the target did not accept. The draft's
+  distribution at every expanded node is kept (for RASD pruning).
 * ``DraftModel.score`` gives draft probabilities to retrieval-tree nodes the
-  draft tree did not reach, in ONE batched draft pass over those nodes' parents.
+  draft tree did not reach, in ONE batched draft pass over those nodes' parents
+  (a tree draft; a chain draft scores only what its chain already evaluated).
 
     draft = load_draft(target, "smollm2-135m-instruct")
     dm = DraftModel(draft, spec)
@@ -24,7 +26,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -88,11 +90,11 @@ class DraftModel:
     """The draft backend plus the tree-growing policy of a SpecConfig.
 
     chain: grow one greedy chain, one incremental ``decode_one`` per token on top of the
-    draft's KV (rolled back after the step), instead of a tree whose every round
-    re-evaluates its paths. Right where the draft's batched forwards cost nearly k times
-    one token (a compute-bound CPU). min_path_prob: stop the chain where the cumulative
-    draft probability of the next node is below this (the node would cost more drafting
-    and verification time than its expected acceptance saves; see ``RasdDecoder``).
+    draft's KV, instead of a tree whose every round re-evaluates its paths. Right where the
+    draft's batched forwards cost nearly k times one token (a compute-bound CPU).
+    min_path_prob: stop the chain where the next node's acceptance probability (along the
+    whole path) is below this: it would cost more drafting and verification time than its
+    expected acceptance saves (see ``RasdDecoder``).
     """
 
     def __init__(self, backend: Backend, spec: SpecConfig, chain: bool | None = None, min_path_prob: float = 0.0):
@@ -100,6 +102,7 @@ class DraftModel:
         self.spec = spec
         self.chain = bool(spec.draft_chain if chain is None else chain)
         self.min_path_prob = min_path_prob
+        self._n_root: int | None = None  # draft KV length through this step's root (set by sync)
 
     def sync(self, context: Sequence[int]) -> np.ndarray:
         """Make the draft's KV hold `context` (reusing the common prefix); (V,) probs after it."""
@@ -111,13 +114,18 @@ class DraftModel:
             common += 1
         common = min(common, len(context) - 1)  # evaluate >= 1 token for fresh logits
         be.truncate(common)
-        return softmax(be.prefill(list(context[common:])))
+        probs = softmax(be.prefill(list(context[common:])))
+        self._n_root = be.n_past
+        return probs
 
     def _eval_nodes(self, tree: TokenTree, nodes: Sequence[int]) -> dict[int, np.ndarray]:
         """Draft distributions after each of `nodes` (tree indices, != 0) in one forward pass.
 
         The root is already in the draft's KV, so the pass holds the union of the
-        paths root->node without the root; nothing is committed."""
+        paths root->node without the root; nothing is committed (a chain left in the KV
+        by ``grow`` is dropped first: these trees branch from the root)."""
+        if self._n_root is not None:
+            self.backend.truncate(self._n_root)
         need: set[int] = set()
         for v in nodes:
             while v > 0 and v not in need:
@@ -132,12 +140,16 @@ class DraftModel:
         self.backend.commit_path([])
         return out
 
-    def grow(self, root: int, root_probs: np.ndarray) -> tuple[TokenTree, dict[int, np.ndarray]]:
+    def grow(
+        self, root: int, root_probs: np.ndarray, accept: Callable[[float], float] | None = None
+    ) -> tuple[TokenTree, dict[int, np.ndarray]]:
         """Dynamic draft tree below `root`; scores are cumulative draft probabilities.
 
+        accept: draft probability of a node -> its calibrated acceptance probability given its
+        parent's (the chain's stop rule; default: the draft probability itself).
         Returns the tree and {node: (V,) draft probs after it} for expanded nodes."""
         if self.chain:
-            return self._grow_chain(root, root_probs)
+            return self._grow_chain(root, root_probs, accept or (lambda p: p))
         s = self.spec
         branch, width = s.draft_branch, s.draft_width
         tree = TokenTree(root)
@@ -161,27 +173,34 @@ class DraftModel:
             dists = {new: dists[o] for new, o in enumerate(old) if o in dists}
         return tree, dists
 
-    def _grow_chain(self, root: int, root_probs: np.ndarray) -> tuple[TokenTree, dict[int, np.ndarray]]:
+    def _grow_chain(
+        self, root: int, root_probs: np.ndarray, accept: Callable[[float], float]
+    ) -> tuple[TokenTree, dict[int, np.ndarray]]:
         """Greedy chain below `root` (already in the draft's KV): each new token is decoded on top
-        of the last (cost: one single-token draft forward per node), then the KV is rolled back."""
-        be, s = self.backend, self.spec
-        n_keep = be.n_past
+        of the last (cost: one single-token draft forward per node). The chain stays in the KV:
+        the next ``sync`` keeps its accepted prefix.
+
+        Stop rule: node d + 1 pays while a(path to it) >= min_path_prob, where a multiplies the
+        calibrated acceptance of every node. The first node is always proposed (the budget
+        decides whether to verify it), and the forward that would give node d + 1 is skipped
+        when even the best acceptance any node can have could not keep the path above it."""
+        s = self.spec
         tree = TokenTree(root)
         dists: dict[int, np.ndarray] = {0: root_probs}
-        node, probs = 0, root_probs
-        depth = min(s.draft_depth, s.draft_nodes, s.max_depth)
-        try:
-            for d in range(depth):
-                tok = int(np.argmax(probs))
-                cum = tree.scores[node] * float(probs[tok])
-                if d and cum < self.min_path_prob:
-                    break
-                node = tree.add_node(node, tok, cum, DRAFT)
-                if d + 1 < depth:
-                    probs = softmax(be.decode_one(tok))  # (V,) after the chain so far
-                    dists[node] = probs
-        finally:
-            be.truncate(n_keep)
+        node, probs, a_path = 0, root_probs, 1.0
+        best = accept(1.0)
+        depth = min(s.draft_nodes, s.max_depth)
+        for d in range(depth):
+            tok = int(np.argmax(probs))
+            p = float(probs[tok])
+            if d and a_path * accept(p) < self.min_path_prob:
+                break
+            a_path *= accept(p)
+            node = tree.add_node(node, tok, tree.scores[node] * p, DRAFT)
+            if d + 1 == depth or a_path * best < self.min_path_prob:
+                break
+            probs = softmax(self.backend.decode_one(tok))  # (V,) after the chain so far
+            dists[node] = probs
         return tree, dists
 
     @staticmethod
@@ -196,17 +215,21 @@ class DraftModel:
         """Draft probability p(token | path) for every node of retrieval tree `rtree`.
 
         known: {token path below the root (tuple): draft probs after it} from the draft
-        tree; the parents it lacks are evaluated together in ONE batched draft pass.
+        tree. A tree draft evaluates the parents it lacks together in ONE batched draft
+        pass; a chain draft (batched forwards cost nearly a forward per node) does not, and
+        the nodes below an unknown parent get 0, so pruning drops them: what remains are the
+        retrieval tokens along the chain and the alternatives at each of its positions.
         Returns cond[v] (cond[0] = 1)."""
         n = len(rtree)
         paths: list[tuple[int, ...]] = [()] * n
         for v in range(1, n):
             paths[v] = paths[rtree.parents[v]] + (rtree.tokens[v],)
         missing = sorted({rtree.parents[v] for v in range(1, n) if paths[rtree.parents[v]] not in known})
-        if missing:
+        if missing and not self.chain:
             for u, probs in self._eval_nodes(rtree, missing).items():
                 known[paths[u]] = probs
         cond = [1.0] * n
         for v in range(1, n):
-            cond[v] = float(known[paths[rtree.parents[v]]][rtree.tokens[v]])
+            probs = known.get(paths[rtree.parents[v]])
+            cond[v] = float(probs[rtree.tokens[v]]) if probs is not None else 0.0
         return cond

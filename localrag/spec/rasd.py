@@ -34,6 +34,8 @@ class Proposal:
     cond: list[float]  # (n,) raw conditional confidence of each node given its parent (root: 1)
     draft_scored: bool  # cond came from draft probabilities (else retrieval frequency)
     match_len: int = 0  # retrieval suffix match length (0: none)
+    draft_s: float = 0.0  # seconds the draft model spent on this proposal
+    catchup_s: float = 0.0  # of which: prefilling tokens accepted while the draft was off
 
 
 def prune_retrieval(
@@ -52,7 +54,10 @@ def prune_retrieval(
         cond = [1.0] + [rtree.counts[v] / max(rtree.counts[rtree.parents[v]], 1e-9) for v in range(1, n)]
     for v in range(1, n):  # cumulative score along the path (parents come first)
         rtree.scores[v] = rtree.scores[rtree.parents[v]] * cond[v] if rtree.parents[v] > 0 else cond[v]
-    keep = [0, *rtree.ranked(spec.retrieval_min_score)[: spec.retrieval_top]]
+    # a node the draft gave probability 0 (or did not score) is never worth verifying; its
+    # descendants score 0 as well, so the order stays ancestor-closed
+    ranked = [v for v in rtree.ranked(spec.retrieval_min_score) if rtree.scores[v] > 0.0]
+    keep = [0, *ranked[: spec.retrieval_top]]
     old = sorted(keep)
     return rtree.select(keep), [cond[o] for o in old]
 

@@ -183,24 +183,44 @@ def test_generate_cli_runs_rasd_on_the_transformers_backend(hf_smollm2, tmp_path
     assert extra["mode"] == "rasd" and extra["steps"] >= 1 and extra["draft_steps"] >= 1
 
 
-def test_draft_chain_is_incremental_cost_aware_and_rolls_back():
-    """The chain draft: greedy tokens (as the draft would decode them), stopped where the cumulative
-    probability falls below the break-even threshold, and the draft's KV left as it was."""
+def test_draft_chain_is_incremental_cost_aware_and_kept_for_the_next_sync():
+    """The chain draft: greedy tokens (as the draft would decode them), stopped where the path's
+    acceptance falls below the break-even threshold; its KV stays, so the next sync prefills only
+    what the target did not accept."""
     from localrag.spec.draft import DraftModel, softmax
 
     be = tiny_backend(seed=1)
     ctx = tiny_prompt()
-    spec = SpecConfig(draft_depth=8, draft_nodes=8)
+    spec = SpecConfig(draft_depth=2, draft_nodes=8)  # a chain's length is draft_nodes (draft_depth: tree rounds)
     full = DraftModel(be, spec, chain=True)
     root_probs = full.sync(ctx)
     tree, dists = full.grow(ctx[-1], root_probs)
-    assert be.n_past == len(ctx) and tree.parents == list(range(-1, len(tree) - 1))  # rolled back; a chain
+    chain = tree.tokens[1:]
+    assert tree.parents == list(range(-1, len(tree) - 1)) and len(chain) == 8
+    assert be.tokens == ctx + chain[:-1]  # every node but the last was decoded on the draft's KV
+    be.truncate(len(ctx))
     want, probs = [], root_probs
-    for _ in range(len(tree) - 1):  # the same tokens one plain forward at a time
+    for _ in range(len(chain)):  # the same tokens one plain forward at a time
         want.append(int(np.argmax(probs)))
         probs = softmax(be.prefill([want[-1]]))
+    assert chain == want
+    # the target accepted 3 chain tokens and chose its own next one: one token is prefilled
     be.truncate(len(ctx))
-    assert tree.tokens[1:] == want and len(tree) == 9
-    between = (tree.scores[3] + tree.scores[4]) / 2  # node 4's cumulative probability is below this: stop there
+    full.sync(ctx)
+    full.grow(ctx[-1], root_probs)
+    bonus = (chain[3] + 1) % be.n_vocab
+    calls = []
+    prefill = be.prefill
+    be.prefill = lambda toks: calls.append(list(toks)) or prefill(toks)
+    full.sync(ctx + chain[:3] + [bonus])
+    be.prefill = prefill
+    assert calls == [[bonus]] and be.tokens == ctx + chain[:3] + [bonus]
+    # the stop rule: node 4's path probability is below `between`
+    be.truncate(len(ctx))
+    between = (tree.scores[3] + tree.scores[4]) / 2
     short, _ = DraftModel(be, spec, chain=True, min_path_prob=between).grow(ctx[-1], root_probs)
     assert len(short) == 4 and short.tokens == tree.tokens[:4]
+    # with calibrated acceptance instead of raw draft probability: every node accepted at 0.99
+    be.truncate(len(ctx))
+    long, _ = DraftModel(be, spec, chain=True, min_path_prob=between).grow(ctx[-1], root_probs, lambda p: 0.99)
+    assert long.tokens == tree.tokens

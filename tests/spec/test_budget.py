@@ -72,13 +72,15 @@ def test_cost_model_heals_a_stale_curve_online():
 
 def test_realism_tracks_realised_over_expected_gain_within_bounds():
     cal = Calibrator()
-    assert cal.realism == 1.0
+    assert cal.realism_of("r") == 1.0
     for _ in range(30):  # steps that deliver a quarter of what they promised
         cal.observe_gain(0.5, 2.0)
-    assert cal.realism == pytest.approx(0.25, abs=0.01) and cal.n_gains == 30
+    assert cal.realism_of("r") == pytest.approx(0.25, abs=0.01) and cal.n_gains == 30
     for _ in range(30):  # estimates that turn out pessimistic raise it, up to the cap
         cal.observe_gain(4.0, 1.0)
-    assert cal.realism == pytest.approx(1.5)
+    assert cal.realism_of("r") == pytest.approx(1.5)
+    cal.observe_gain(0.5, 1.0, "d")  # each scorer has its own: draft estimates err apart from retrieval's
+    assert cal.realism_of("d") == pytest.approx(0.9) and cal.realism_of("r") == pytest.approx(1.5)
 
 
 def test_a_forced_probe_verifies_only_the_best_node():
