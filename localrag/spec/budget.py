@@ -69,14 +69,15 @@ class CostModel:
 
     def __init__(self, ks: Sequence[int], seconds: Sequence[float]):
         self.ks = np.asarray(ks, dtype=np.float64)  # (m,) measured sizes, ascending
-        self.sec = np.asarray(seconds, dtype=np.float64)  # (m,)
-        self._table: list[float] = []  # T(k) for k < ks[-1] + 2, precomputed
+        self.sec = np.asarray(seconds, dtype=np.float64)  # (m,) the curve's shape, at load factor 1
+        self.load = 1.0  # the whole curve scales by this (moved by plain steps in O(1))
+        self._table: list[float] = []  # shape at k for k < ks[-1] + 2, precomputed
         self._refresh()
 
     def __call__(self, k: int) -> float:
         if k < len(self._table):
-            return self._table[k]
-        return self._interp(k)
+            return self._table[k] * self.load
+        return self._interp(k) * self.load
 
     def _interp(self, k: int) -> float:
         if k <= self.ks[-1]:
@@ -90,19 +91,20 @@ class CostModel:
         The cached curve may come from a busier (or quieter) moment than now. In log
         space, the measured/predicted ratio moves: for k = 1 (a plain step) the
         whole curve, by `rate` (a load change scales every k alike, and plain steps
-        are all that is observed while speculation does not pay); for k > 1 the two
-        probe points bracketing k, by `rate` times their interpolation weight (the
-        shape). Outliers (a GC pause, a page fault) are clipped to a factor 4 so one
-        of them cannot wreck the curve.
+        are all that is observed while speculation does not pay; one multiply, as it
+        runs after every plain step); for k > 1 the two probe points bracketing k, by
+        `rate` times their interpolation weight (the shape). Outliers (a GC pause, a
+        page fault) are clipped to a factor 4 so one of them cannot wreck the curve.
         """
         if seconds <= 0 or k < 1:
             return
-        ks = self.ks
         ratio = min(max(seconds / self(k), 0.25), 4.0)
-        j = int(np.searchsorted(ks, k))  # ks[j-1] < k <= ks[j]
         if k == 1:
-            self.sec *= ratio**rate
-        elif j == 0 or j >= len(ks):  # outside the probed sizes: the nearest end point
+            self.load *= ratio**rate
+            return
+        ks = self.ks
+        j = int(np.searchsorted(ks, k))  # ks[j-1] < k <= ks[j]
+        if j == 0 or j >= len(ks):  # outside the probed sizes: the nearest end point
             self.sec[min(j, len(ks) - 1)] *= ratio**rate
         else:
             w = (k - ks[j - 1]) / (ks[j] - ks[j - 1])
@@ -115,7 +117,7 @@ class CostModel:
         self._table = np.interp(np.arange(int(self.ks[-1]) + 2), self.ks, self.sec).tolist()
 
     def to_dict(self) -> dict:
-        return {"k": self.ks.astype(int).tolist(), "ms": [round(s * 1e3, 3) for s in self.sec]}
+        return {"k": self.ks.astype(int).tolist(), "ms": [round(s * self.load * 1e3, 3) for s in self.sec]}
 
     @classmethod
     def linear(cls, base_s: float = 0.01, per_token_s: float = 0.003) -> CostModel:

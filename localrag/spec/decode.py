@@ -88,7 +88,6 @@ class RasdDecoder:
 
     def _reset_answer_state(self) -> None:
         """What adapts within one answer (the calibrator and the draft bandit are kept)."""
-        self._draft_arm.skipped = 0  # the prompt prefill synced the draft
         # plain steps to wait before probing speculation again (doubles after each lost probe)
         self._probe_wait = self.spec.probe_every
 

@@ -88,11 +88,20 @@ def keys_for(prop: Proposal, cal: Calibrator) -> list[tuple]:
 
 
 def estimate(prop: Proposal, keys: list[tuple], cal: Calibrator) -> list[float]:
-    """a(v) = P(v accepted) = product over the path of P(child accepted | parent accepted)."""
+    """a(v) = P(v accepted) = product over the path of P(child accepted | parent accepted).
+
+    Siblings are exclusive (the target picks one token after their parent), so where the
+    calibrated conditionals of a parent's children sum past 1 they are scaled to sum to 1:
+    five retrieval continuations at 0.25 each are not 1.25 expected tokens."""
     t = prop.tree
-    a = [1.0] * len(t)
+    cond = [1.0] + [cal.p(keys[v]) for v in range(1, len(t))]
+    total = [0.0] * len(t)  # (n,) sum of the children's conditionals, per parent
     for v in range(1, len(t)):
-        a[v] = a[t.parents[v]] * cal.p(keys[v])
+        total[t.parents[v]] += cond[v]
+    a = [1.0] * len(t)
+    for v in range(1, len(t)):  # parents come before children
+        p = t.parents[v]
+        a[v] = a[p] * cond[v] / max(1.0, total[p])
     return a
 
 

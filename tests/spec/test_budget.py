@@ -129,3 +129,23 @@ def test_draft_bandit_lost_probes_double_the_wait():
         arm.record(True, 10.0)  # the probe loses
         waits.append(arm.wait)
     assert waits == [4, 8, 16]
+
+
+def test_sibling_estimates_are_exclusive():
+    """The target accepts at most one child of a node: their estimates never sum past the parent's."""
+    from localrag.spec.rasd import Proposal, estimate, keys_for
+    from localrag.spec.tree import RETRIEVAL, TokenTree
+
+    cal = Calibrator()
+    for _ in range(50):
+        cal.update(cal.key("r2", 0.95, 2), True)
+    tree = TokenTree(7)
+    kids = [tree.add_node(0, t, 0.95, RETRIEVAL) for t in (1, 2, 3)]
+    grandkid = tree.add_node(kids[0], 4, 0.95, RETRIEVAL)
+    prop = Proposal(tree, [1.0, 0.95, 0.95, 0.95, 0.95], draft_scored=False, match_len=2)
+    keys = keys_for(prop, cal)
+    a = estimate(prop, keys, cal)
+    p = cal.p(keys[1])
+    assert p > 0.8
+    assert sum(a[k] for k in kids) == pytest.approx(1.0)  # 3 x p would be 2.5 expected tokens
+    assert a[grandkid] == pytest.approx(a[kids[0]] * p)  # an only child keeps its conditional
