@@ -71,7 +71,9 @@ class Sampler:
 
 # A decoder: (backend, context token ids, logits after the context, sampler) -> accepted token lists.
 # A decoder may also have a ``prefill(context)`` method: its own prompt work (a draft model's
-# prefill), run and timed with the target's prefill rather than the decode.
+# prefill), run and timed with the target's prefill rather than the decode; and a
+# ``set_limit(n)`` method: the most tokens the answer can still take before its next step (so a
+# speculative decoder drafts no further than the answer can go).
 Decoder = Callable[[Backend, list[int], np.ndarray, Sampler], Iterator[list[int]]]
 
 
@@ -189,6 +191,9 @@ class Generation:
             decoder_prefill(self.prompt_tokens)
         t1 = time.perf_counter()
         stats.prefill_seconds = t1 - t0
+        set_limit = getattr(self.decoder, "set_limit", None)
+        if set_limit is not None:
+            set_limit(cfg.max_tokens)
         steps = self.decoder(be, self.prompt_tokens, logits, Sampler(cfg))
         stats.stop_reason = "length"
         try:
@@ -210,6 +215,8 @@ class Generation:
                         break
                 if stats.stop_reason != "length" or len(self.tokens) >= cfg.max_tokens:
                     break
+                if set_limit is not None:
+                    set_limit(cfg.max_tokens - len(self.tokens))
         finally:
             steps.close()
             stats.decode_seconds = time.perf_counter() - t1

@@ -263,7 +263,7 @@ def summarise(result: dict, methods: list[str]) -> dict:
     out = {"noise_bound": result["noise"]}
     for m in methods:
         sp, tps, acc, same, ties, orc, est, look, sp_hf = [], [], [], 0, 0, [], [], [], []
-        hw = None
+        hw = dhw = None
         split = {"retrieve": 0.0, "draft": 0.0, "verify": 0.0, "plain": 0.0}
         n = 0
         for r in rows:
@@ -294,6 +294,7 @@ def summarise(result: dict, methods: list[str]) -> dict:
             acc.append(st.get("mean_accepted", 1.0))
             orc.append(st.get("oracle_speedup", 1.0))
             hw = st.get("hardware_limit_speedup", hw)
+            dhw = st.get("draft_limit_speedup", dhw)
             est.append(st.get("speedup_vs_plain", 0.0))
             look.append(st.get("lookup_ms_mean", 0.0))
             for k in split:
@@ -318,6 +319,7 @@ def summarise(result: dict, methods: list[str]) -> dict:
             "estimated_speedup_median": statistics.median(est) if est else None,
             "lookup_ms_mean": float(np.mean(look)) if look else None,
             "hardware_limit_speedup": hw,
+            "draft_limit_speedup": dhw,  # the same with every chain token written by the draft model
             "time_split_s": split if m not in ("plain", "pld") else None,
         }
     return out
@@ -405,6 +407,8 @@ def _print(report: dict) -> None:
             orc = f"{r['oracle_speedup_median']:.2f}" if r["oracle_speedup_median"] is not None else "-"
             if r.get("hardware_limit_speedup"):
                 orc += f"/{r['hardware_limit_speedup']:.2f}"
+            if r.get("draft_limit_speedup"):
+                orc += f"/{r['draft_limit_speedup']:.2f}"
             split = " ".join(f"{k}={v:.2f}" for k, v in (r["time_split_s"] or {}).items())
             if r.get("median_speedup_vs_hf_plain") is not None:
                 split = f"vs hf-plain {r['median_speedup_vs_hf_plain']:.2f}  " + split

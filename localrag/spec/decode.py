@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 
 import numpy as np
 
@@ -77,6 +78,7 @@ class RasdDecoder:
         self.stats: dict = {}
         self._prefill_s = 0.0  # this decoder's share of the prompt prefill (see prefill), in the stats
         self._pays: tuple = (None, [])  # _may_pay's cache: (stamp, pays per match-length class)
+        self._limit = 1 << 30  # tokens the answer can still take (Generation's set_limit)
         # diagnostics (bench, tests): when a list, the logits row each emitted token after the first
         # was chosen from is appended, so batched-vs-single numerics can be compared with plain's
         self.record_logits: list[np.ndarray] | None = None
@@ -116,6 +118,11 @@ class RasdDecoder:
         )
 
     # --- phases -------------------------------------------------------------------
+    def _depth(self) -> int:
+        """Longest path worth drafting now: the root's step emits path + 1 bonus token, so no more
+        than the answer's remaining tokens less one."""
+        return max(0, min(self.spec.max_depth, self._limit - 1))
+
     def _may_pay(self, match_len: int) -> bool:
         """Could any retrieval tree for a match this long beat plain? (skip building it if not).
 
@@ -152,6 +159,11 @@ class RasdDecoder:
         keep, gain = choose(prop, acc, self.spec, self.cost, 0.0, False, self.max_nodes, self.spec.min_gain / realism)
         return bool(keep) and gain * realism / self.cost(1) >= self._draft_arm.rate["draft"]
 
+    def set_limit(self, n_tokens: int) -> None:
+        """The answer can take at most `n_tokens` more tokens (its last emitted token, the next
+        step's root, is already counted)."""
+        self._limit = n_tokens
+
     def propose(self, ctx: list[int], root: int, use_draft: bool, force: bool = False) -> Proposal:
         """Retrieval trie (timed), draft tree (timed), RASD prune + fuse."""
         s, st = self.spec, self.stats
@@ -161,7 +173,7 @@ class RasdDecoder:
             self.datastore.set_context(ctx)
             match = self.datastore.longest_match(ctx)
             if match is not None and (use_draft or force or self._may_pay(match.length)):
-                rtree, mlen = self.datastore.trie(match, root, s.max_depth, s.max_occurrences)
+                rtree, mlen = self.datastore.trie(match, root, self._depth(), s.max_occurrences)
         probe = use_draft and self._draft_arm.probe_due()
         if use_draft and not probe and self._retrieval_wins(rtree, mlen):
             use_draft = False
@@ -179,7 +191,7 @@ class RasdDecoder:
             # That is the price of switching it back on, paid once, not a cost of drafting (a
             # synced draft prefills about one token per step), so the probe is judged without it.
             catchup = max(0.0, time.perf_counter() - t1 - self._draft_t1)
-        dtree, dists = dm.grow(root, root_probs, lambda p: cal.p(cal.key(f"d{DRAFT}", p)))
+        dtree, dists = dm.grow(root, root_probs, lambda p: cal.p(cal.key(f"d{DRAFT}", p)), self._depth())
         known = {}
         for v, probs in dists.items():
             known[tuple(dtree.tokens[u] for u in dtree.path_to(v)[1:])] = probs
@@ -250,7 +262,8 @@ class RasdDecoder:
                 # bets must clear min_gain after the correction for how the estimates have fared lately
                 scorer = "d" if prop.draft_scored else "r"
                 need = self.spec.min_gain / self.calibrator.realism_of(scorer)
-                keep, gain = choose(prop, acc, self.spec, self.cost, 0.0, force, self.max_nodes, need)
+                spec = self.spec if self._depth() == self.spec.max_depth else replace(self.spec, max_depth=self._depth())
+                keep, gain = choose(prop, acc, spec, self.cost, 0.0, force, self.max_nodes, need)
                 if not keep:  # speculation does not pay now: one plain step
                     tv = time.perf_counter()
                     row = backend.decode_one(tok)
@@ -356,6 +369,11 @@ class RasdDecoder:
         st["hardware_limit_speedup"] = max(
             (min(k, self.spec.max_depth) + 1) * t1 / self.cost(k + 1) for k in range(1, self.max_nodes + 1)
         )
+        if self.draft is not None:  # the same when the draft model writes the chain: + k draft forwards
+            d1 = self._draft_t1  # as measured at load
+            st["draft_limit_speedup"] = max(
+                (k + 1) * t1 / (self.cost(k + 1) + k * d1) for k in range(1, self.spec.max_depth + 1)
+            )
         st["expected_gain_mean"] = st.pop("expected_gain_sum") / max(st["spec_steps"], 1)
         st["cost_curve_ms"] = self.cost.to_dict()
 

@@ -141,16 +141,25 @@ class DraftModel:
         return out
 
     def grow(
-        self, root: int, root_probs: np.ndarray, accept: Callable[[float], float] | None = None
+        self,
+        root: int,
+        root_probs: np.ndarray,
+        accept: Callable[[float], float] | None = None,
+        max_depth: int | None = None,
     ) -> tuple[TokenTree, dict[int, np.ndarray]]:
         """Dynamic draft tree below `root`; scores are cumulative draft probabilities.
 
         accept: draft probability of a node -> its calibrated acceptance probability given its
         parent's (the chain's stop rule; default: the draft probability itself).
+        max_depth: the longest path (default spec.max_depth; less near the end of an answer).
+        No node is grown below an end-of-generation token.
         Returns the tree and {node: (V,) draft probs after it} for expanded nodes."""
-        if self.chain:
-            return self._grow_chain(root, root_probs, accept or (lambda p: p))
         s = self.spec
+        depth = s.max_depth if max_depth is None else min(max_depth, s.max_depth)
+        if depth <= 0:
+            return TokenTree(root), {0: root_probs}
+        if self.chain:
+            return self._grow_chain(root, root_probs, accept or (lambda p: p), depth)
         branch, width = s.draft_branch, s.draft_width
         tree = TokenTree(root)
         dists: dict[int, np.ndarray] = {0: root_probs}
@@ -158,7 +167,10 @@ class DraftModel:
         for _ in range(s.draft_depth - 1):
             if tree.n_drafted >= s.draft_nodes:
                 break
-            frontier = [v for v in range(1, len(tree)) if v not in dists and tree.depths[v] < s.max_depth]
+            frontier = [
+                v for v in range(1, len(tree))
+                if v not in dists and tree.depths[v] < depth and not self.backend.is_eog(tree.tokens[v])
+            ]
             frontier.sort(key=lambda v: -tree.scores[v])
             pick = frontier[:width]
             if not pick:
@@ -174,7 +186,7 @@ class DraftModel:
         return tree, dists
 
     def _grow_chain(
-        self, root: int, root_probs: np.ndarray, accept: Callable[[float], float]
+        self, root: int, root_probs: np.ndarray, accept: Callable[[float], float], max_depth: int
     ) -> tuple[TokenTree, dict[int, np.ndarray]]:
         """Greedy chain below `root` (already in the draft's KV): each new token is decoded on top
         of the last (cost: one single-token draft forward per node). The chain stays in the KV:
@@ -184,12 +196,11 @@ class DraftModel:
         calibrated acceptance of every node. The first node is always proposed (the budget
         decides whether to verify it), and the forward that would give node d + 1 is skipped
         when even the best acceptance any node can have could not keep the path above it."""
-        s = self.spec
         tree = TokenTree(root)
         dists: dict[int, np.ndarray] = {0: root_probs}
         node, probs, a_path = 0, root_probs, 1.0
         best = accept(1.0)
-        depth = min(s.draft_nodes, s.max_depth)
+        depth = min(self.spec.draft_nodes, max_depth)
         for d in range(depth):
             tok = int(np.argmax(probs))
             p = float(probs[tok])
@@ -197,7 +208,7 @@ class DraftModel:
                 break
             a_path *= accept(p)
             node = tree.add_node(node, tok, tree.scores[node] * p, DRAFT)
-            if d + 1 == depth or a_path * best < self.min_path_prob:
+            if d + 1 == depth or a_path * best < self.min_path_prob or self.backend.is_eog(tok):
                 break
             probs = softmax(self.backend.decode_one(tok))  # (V,) after the chain so far
             dists[node] = probs

@@ -224,3 +224,11 @@ def test_draft_chain_is_incremental_cost_aware_and_kept_for_the_next_sync():
     be.truncate(len(ctx))
     long, _ = DraftModel(be, spec, chain=True, min_path_prob=between).grow(ctx[-1], root_probs, lambda p: 0.99)
     assert long.tokens == tree.tokens
+    # nothing is drafted past an end-of-generation token, nor past the answer's remaining length
+    be.truncate(len(ctx))
+    be.is_eog = lambda t: t == chain[2]
+    ended, _ = full.grow(ctx[-1], root_probs)
+    del be.is_eog
+    assert ended.tokens[1:] == chain[:3]
+    be.truncate(len(ctx))
+    assert full.grow(ctx[-1], root_probs, max_depth=2)[0].tokens[1:] == chain[:2]

@@ -119,6 +119,21 @@ def _kv_clean(be) -> None:
         assert lc.llama_memory_seq_pos_max(be._mem, s) == -1, f"sequence {s} still holds cells"
 
 
+def test_no_draft_past_the_answers_length(smollm2_engine, smollm2_draft):
+    """Generation tells the decoder how many tokens the answer can still take: the last step drafts
+    only what it can emit (4-token chains, all accepted: 1 + 5 + 5 tokens would overshoot 8)."""
+    engine = smollm2_engine
+    spec = SpecConfig(
+        use_budget=False, use_retrieval=False, draft_chain=True, draft_nodes=4, calibrate=False
+    )
+    dec, stats = make_rasd_decoder(engine.backend, spec, draft=smollm2_draft, cost=CHEAP)
+    cfg = GenerationConfig(max_tokens=8)
+    ids = _chat_ids(engine, PROMPTS[2][0])
+    run_generation(engine, ids, cfg, dec, stats)
+    assert 1 + sum(stats["accepted_per_step"]) <= 8
+    assert stats["drafted_by_source"]["draft"] <= 6, stats  # 4 + 2: the second chain stops at the limit
+
+
 def test_kv_consistent_with_fresh_prefill_across_steps_and_turns(smollm2_engine, smollm2_draft):
     engine = smollm2_engine
     be = engine.backend
