@@ -163,6 +163,10 @@ def run_question(answerer, norag, pipeline, rec: QARecord, gen, spec_cfg, k: int
     usable = [d for d in r.drafts if not is_refusal(d.answer)]  # drafts are sorted by combined score
     out["specrag"] = (usable[0].answer if r.supported else None, lat)
     out["_best"] = (usable[0].answer, usable[0].score) if usable else (None, None)
+    # every draft with its raw scores, so other selection rules can be evaluated offline
+    out["_drafts"] = [{"answer": d.answer, "draft_logprob": round(d.draft_logprob, 3), "n_draft": d.n_draft_tokens,
+                       "consistency": round(d.consistency, 3), "n_verify": d.n_verify_tokens,
+                       "reflection": round(d.reflection, 3)} for d in r.drafts]
     best = max(usable, key=lambda d: d.draft_logprob / max(d.n_draft_tokens, 1)) if usable else None
     out["drafter"] = (best.answer if best else None, lat - r.stats.get("verify_s", 0.0))
     t = time.perf_counter()
@@ -270,7 +274,8 @@ def _result(name, records, rows, n_docs, report, ingest_s, seed, k, engine, ver,
                                                 "min_score": spec_cfg.min_score,
                                                 "min_relevance": spec_cfg.min_relevance},
         "methods": summarize(rows, records), "calibration": calibrate(rows, records),
-        "predictions": [{"question": r.question, "gold": list(r.answers), **{m: row[m][0] for m in METHODS}}
+        "predictions": [{"question": r.question, "gold": list(r.answers), **{m: row[m][0] for m in METHODS},
+                         "specrag_drafts": row.get("_drafts", [])}
                         for r, row in zip(records, rows, strict=True)],
     }
     rag = result["methods"]["rag"]

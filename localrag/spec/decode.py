@@ -35,6 +35,7 @@ from localrag.spec.rasd import (
     draft_cond,
     estimate,
     fuse,
+    graft,
     keys_for,
     prune_retrieval,
     source_name,
@@ -192,15 +193,38 @@ class RasdDecoder:
             # synced draft prefills about one token per step), so the probe is judged without it.
             catchup = max(0.0, time.perf_counter() - t1 - self._draft_t1)
         dtree, dists = dm.grow(root, root_probs, lambda p: cal.p(cal.key(f"d{DRAFT}", p)), self._depth())
+        tip = len(dtree) - 1 if dm.chain else 0  # the chain's last node
         known = {}
         for v, probs in dists.items():
             known[tuple(dtree.tokens[u] for u in dtree.path_to(v)[1:])] = probs
         rtree, rcond = prune_retrieval(rtree, s, dm, known)
         tree, cond = fuse(dtree, draft_cond(dtree), rtree, rcond)
-        draft_s = time.perf_counter() - t1
+        t2 = time.perf_counter()
+        draft_s = t2 - t1
+        graft_from, graft_len = len(tree), 0
+        if s.use_retrieval and tip > 0:
+            graft_len = self._graft_continuations(tree, cond, ctx, tip)
+            st["time_retrieve_s"] += time.perf_counter() - t2
         st["time_draft_s"] += draft_s
         st["draft_steps"] += 1
-        return Proposal(tree, cond, draft_scored=True, match_len=mlen, draft_s=draft_s, catchup_s=catchup)
+        return Proposal(tree, cond, draft_scored=True, match_len=mlen, draft_s=draft_s, catchup_s=catchup,
+                        graft_from=graft_from if len(tree) > graft_from else 0, graft_match_len=graft_len)
+
+    def _graft_continuations(self, tree: TokenTree, cond: list[float], ctx: list[int], tip: int) -> int:
+        """Below a draft chain's last node, the datastore's continuations of context + chain.
+
+        Where the model copies (document QA), the chain's end matches the source text and its
+        continuation is free to propose: no draft forward, and on a flat verify-cost curve almost
+        free to verify. Scored by frequency; the budget keeps what pays. Returns the match length."""
+        chain = [tree.tokens[v] for v in tree.path_to(tip)[1:]]
+        depth = self._depth() - len(chain)
+        match = self.datastore.longest_match(ctx + chain) if depth > 0 else None
+        if match is None:
+            return 0
+        sub, mlen = self.datastore.trie(match, tree.tokens[tip], depth, self.spec.max_occurrences)
+        sub, sub_cond = prune_retrieval(sub, self.spec)
+        graft(tree, cond, tip, sub, sub_cond)
+        return mlen
 
     def verify(self, vt: TokenTree, sampler: Sampler) -> tuple[list[int], int]:
         """ONE target forward over the tree, lossless acceptance, KV commit of root + path."""

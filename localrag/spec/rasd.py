@@ -9,6 +9,8 @@ verifies the result in one target forward pass.
   ``retrieval_top`` above ``retrieval_min_score``. With no draft model the
   scores are retrieval frequencies and the same top-N rule applies.
 * ``fuse``: longest-prefix fusion of the pruned retrieval tree into the draft tree.
+* ``graft``: the retrieval continuations of context + draft chain, below the chain's
+  last node (no draft forward proposes them; the budget verifies what pays).
 * ``estimate``: calibrated acceptance a(v) per node (budget.Calibrator) and the
   bucket key each node is calibrated under.
 * ``choose``: the ancestor-closed best-first prefix the cost curve pays for.
@@ -35,6 +37,8 @@ class Proposal:
     draft_scored: bool  # cond came from draft probabilities (else retrieval frequency)
     match_len: int = 0  # retrieval suffix match length (0: none)
     draft_s: float = 0.0  # seconds the draft model spent on this proposal
+    graft_from: int = 0  # nodes from here on are retrieval continuations grafted below a draft chain
+    graft_match_len: int = 0  # their suffix match length
     catchup_s: float = 0.0  # of which: prefilling tokens accepted while the draft was off
 
 
@@ -74,6 +78,17 @@ def fuse(
     return dtree, cond
 
 
+def graft(tree: TokenTree, cond: list[float], tip: int, sub: TokenTree, sub_cond: list[float]) -> None:
+    """Copy `sub` (rooted at `tip`'s token) below node `tip`, in place; cond grows with the new
+    nodes (a node that merges into an existing child keeps that child's confidence)."""
+    at = {0: tip}  # sub index -> tree index
+    for v in range(1, len(sub)):
+        u = tree.add_node(at[sub.parents[v]], sub.tokens[v], tree.scores[tip] * sub.scores[v], RETRIEVAL)
+        if u == len(cond):
+            cond.append(sub_cond[v])
+        at[v] = u
+
+
 def draft_cond(tree: TokenTree) -> list[float]:
     """Draft tree: p(token | parent) = score(v) / score(parent) (scores are cumulative)."""
     return [1.0] + [tree.scores[v] / max(tree.scores[tree.parents[v]], 1e-30) for v in range(1, len(tree))]
@@ -84,7 +99,11 @@ def keys_for(prop: Proposal, cal: Calibrator) -> list[tuple]:
     t = prop.tree
     scorer = "d" if prop.draft_scored else "r"
     ml = 0 if prop.draft_scored else prop.match_len
-    return [cal.key(f"{scorer}{t.sources[v]}", prop.cond[v], ml) for v in range(len(t))]
+    graft = prop.graft_from or len(t)
+    keys = [cal.key(f"{scorer}{t.sources[v]}", prop.cond[v], ml) for v in range(graft)]
+    # grafted continuations are scored by frequency, like a retrieval-only tree's nodes
+    keys += [cal.key(f"r{RETRIEVAL}", prop.cond[v], prop.graft_match_len) for v in range(graft, len(t))]
+    return keys
 
 
 def estimate(prop: Proposal, keys: list[tuple], cal: Calibrator) -> list[float]:

@@ -60,3 +60,26 @@ def test_select_rejects_orphans():
     t.add_path([1, 2])
     with pytest.raises(ValueError):
         t.select([0, 2])
+
+
+def test_graft_hangs_retrieval_continuations_below_the_chain_tip():
+    from localrag.spec.budget import Calibrator
+    from localrag.spec.rasd import Proposal, graft, keys_for
+
+    chain = TokenTree(9)
+    a = chain.add_node(0, 1, 0.9, DRAFT)
+    tip = chain.add_node(a, 2, 0.8, DRAFT)
+    cond = [1.0, 0.9, 0.8 / 0.9]
+    sub = TokenTree(2)  # continuations after the tip's token: 3 4 (twice) and 5 (once)
+    sub.add_path([3, 4], scores=[2 / 3, 2 / 3], source=RETRIEVAL)
+    sub.add_node(0, 5, 1 / 3, RETRIEVAL)
+    sub_cond = [1.0, 2 / 3, 1.0, 1 / 3]
+    graft(chain, cond, tip, sub, sub_cond)
+    assert len(chain) == 6 and len(cond) == 6
+    three, five = chain.children[tip][3], chain.children[tip][5]
+    four = chain.children[three][4]
+    assert chain.depths[four] == 4 and chain.sources[four] == RETRIEVAL
+    assert cond[three] == pytest.approx(2 / 3) and cond[four] == 1.0 and cond[five] == pytest.approx(1 / 3)
+    prop = Proposal(chain, cond, draft_scored=True, graft_from=3, graft_match_len=6)
+    keys = keys_for(prop, Calibrator())
+    assert keys[tip][0] == f"d{DRAFT}" and keys[four][0] == f"r{RETRIEVAL}" and keys[four][2] == 4
