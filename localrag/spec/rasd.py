@@ -37,9 +37,9 @@ class Proposal:
     draft_scored: bool  # cond came from draft probabilities (else retrieval frequency)
     match_len: int = 0  # retrieval suffix match length (0: none)
     draft_s: float = 0.0  # seconds the draft model spent on this proposal
+    catchup_s: float = 0.0  # of which: prefilling tokens accepted while the draft was off
     graft_from: int = 0  # nodes from here on are retrieval continuations grafted below a draft chain
     graft_match_len: int = 0  # their suffix match length
-    catchup_s: float = 0.0  # of which: prefilling tokens accepted while the draft was off
 
 
 def prune_retrieval(
@@ -99,10 +99,10 @@ def keys_for(prop: Proposal, cal: Calibrator) -> list[tuple]:
     t = prop.tree
     scorer = "d" if prop.draft_scored else "r"
     ml = 0 if prop.draft_scored else prop.match_len
-    graft = prop.graft_from or len(t)
-    keys = [cal.key(f"{scorer}{t.sources[v]}", prop.cond[v], ml) for v in range(graft)]
+    grafted = prop.graft_from or len(t)
+    keys = [cal.key(f"{scorer}{t.sources[v]}", prop.cond[v], ml) for v in range(grafted)]
     # grafted continuations are scored by frequency, like a retrieval-only tree's nodes
-    keys += [cal.key(f"r{RETRIEVAL}", prop.cond[v], prop.graft_match_len) for v in range(graft, len(t))]
+    keys += [cal.key(f"r{RETRIEVAL}", prop.cond[v], prop.graft_match_len) for v in range(grafted, len(t))]
     return keys
 
 
