@@ -145,20 +145,31 @@ class RasdDecoder:
         pays = self._pays[1]
         return pays[min(match_len, 4)] if match_len else any(pays[1:])
 
-    def _retrieval_wins(self, rtree: TokenTree, match_len: int) -> bool:
-        """Does the retrieval tree alone promise more tokens/s than the draft's steps realise?
+    def _plan(self, prop: Proposal, force: bool) -> tuple[list[tuple], list[int], float]:
+        """Calibration keys, the nodes to verify ([] = a plain step) and the expected gain.
+
+        Bets must clear min_gain after the correction for how this scorer's estimates have
+        fared lately (realism); paths are capped at what the answer can still take."""
+        keys = keys_for(prop, self.calibrator)
+        acc = estimate(prop, keys, self.calibrator)
+        need = self.spec.min_gain / self.calibrator.realism_of(prop.scorer)
+        depth = self._depth()
+        spec = self.spec if depth == self.spec.max_depth else replace(self.spec, max_depth=depth)
+        keep, gain = choose(prop, acc, spec, self.cost, 0.0, force, self.max_nodes, need)
+        return keys, keep, gain
+
+    def _retrieval_alone(self, rtree: TokenTree, match_len: int) -> Proposal | None:
+        """The retrieval-only proposal, if it promises more tokens/s than the draft's steps realise.
 
         Then this step skips the draft model: a long verbatim match is free to propose, while the
         draft pays a forward per drafted token. The retrieval side is the budget's expected gain
         corrected by how such estimates have fared lately (realism); the draft side is measured."""
         if len(rtree) <= 1 or not self.spec.use_budget:
-            return False
+            return None
         prop = Proposal(*prune_retrieval(rtree, self.spec), draft_scored=False, match_len=match_len)
-        keys = keys_for(prop, self.calibrator)
-        acc = estimate(prop, keys, self.calibrator)
-        realism = self.calibrator.realism_of("r")
-        keep, gain = choose(prop, acc, self.spec, self.cost, 0.0, False, self.max_nodes, self.spec.min_gain / realism)
-        return bool(keep) and gain * realism / self.cost(1) >= self._draft_arm.rate["draft"]
+        _, keep, gain = self._plan(prop, False)
+        rate = gain * self.calibrator.realism_of("r") / self.cost(1)
+        return prop if keep and rate >= self._draft_arm.rate["draft"] else None
 
     def set_limit(self, n_tokens: int) -> None:
         """The answer can take at most `n_tokens` more tokens (its last emitted token, the next
@@ -176,12 +187,13 @@ class RasdDecoder:
             if match is not None and (use_draft or force or self._may_pay(match.length)):
                 rtree, mlen = self.datastore.trie(match, root, self._depth(), s.max_occurrences)
         probe = use_draft and self._draft_arm.probe_due()
-        if use_draft and not probe and self._retrieval_wins(rtree, mlen):
-            use_draft = False
+        alone = self._retrieval_alone(rtree, mlen) if use_draft and not probe else None
         t1 = time.perf_counter()
         dt = t1 - t0
         st["time_retrieve_s"] += dt
         st["lookup_ms_max"] = max(st["lookup_ms_max"], dt * 1e3)
+        if alone is not None:
+            return alone
         if not use_draft:
             return Proposal(*prune_retrieval(rtree, s), draft_scored=False, match_len=mlen)
         dm, cal = self.draft, self.calibrator
@@ -281,13 +293,7 @@ class RasdDecoder:
                 )
                 force = plain_run >= self._probe_wait
                 prop = self.propose(ctx, tok, use_draft, force)
-                keys = keys_for(prop, self.calibrator)
-                acc = estimate(prop, keys, self.calibrator)
-                # bets must clear min_gain after the correction for how the estimates have fared lately
-                scorer = "d" if prop.draft_scored else "r"
-                need = self.spec.min_gain / self.calibrator.realism_of(scorer)
-                spec = self.spec if self._depth() == self.spec.max_depth else replace(self.spec, max_depth=self._depth())
-                keep, gain = choose(prop, acc, spec, self.cost, 0.0, force, self.max_nodes, need)
+                keys, keep, gain = self._plan(prop, force)
                 if not keep:  # speculation does not pay now: one plain step
                     tv = time.perf_counter()
                     row = backend.decode_one(tok)
@@ -330,7 +336,7 @@ class RasdDecoder:
                     # expected gain with the drafting time the step paid (the plan took it as sunk)
                     t_tree = self.cost(size + 1)
                     expected = gain * t_tree / (t_tree + prop.draft_s - prop.catchup_s)
-                    self.calibrator.observe_gain(len(out) * self.cost(1) / dt_steady, expected, scorer)
+                    self.calibrator.observe_gain(len(out) * self.cost(1) / dt_steady, expected, prop.scorer)
                 if self.draft is not None:
                     self._draft_arm.record(prop.draft_scored, len(out) / dt_steady)
                 st["steps"] += 1

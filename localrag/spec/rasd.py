@@ -41,6 +41,11 @@ class Proposal:
     graft_from: int = 0  # nodes from here on are retrieval continuations grafted below a draft chain
     graft_match_len: int = 0  # their suffix match length
 
+    @property
+    def scorer(self) -> str:
+        """Whose confidences `cond` holds: "d" draft probabilities, "r" retrieval frequencies."""
+        return "d" if self.draft_scored else "r"
+
 
 def prune_retrieval(
     rtree: TokenTree,
@@ -79,14 +84,12 @@ def fuse(
 
 
 def graft(tree: TokenTree, cond: list[float], tip: int, sub: TokenTree, sub_cond: list[float]) -> None:
-    """Copy `sub` (rooted at `tip`'s token) below node `tip`, in place; cond grows with the new
+    """Fuse `sub` (rooted at `tip`'s token) below node `tip`, in place; cond grows with the new
     nodes (a node that merges into an existing child keeps that child's confidence)."""
-    at = {0: tip}  # sub index -> tree index
-    for v in range(1, len(sub)):
-        u = tree.add_node(at[sub.parents[v]], sub.tokens[v], tree.scores[tip] * sub.scores[v], RETRIEVAL)
-        if u == len(cond):
+    sub.scores = [tree.scores[tip] * x for x in sub.scores]  # cumulative from the root, like tree's
+    for v, u in tree.merge(sub, start=tip).items():
+        if u == len(cond):  # a new node (merge appends them in sub's order)
             cond.append(sub_cond[v])
-        at[v] = u
 
 
 def draft_cond(tree: TokenTree) -> list[float]:
@@ -97,10 +100,9 @@ def draft_cond(tree: TokenTree) -> list[float]:
 def keys_for(prop: Proposal, cal: Calibrator) -> list[tuple]:
     """Calibration bucket of every node: (scorer, sources, confidence bucket, match length)."""
     t = prop.tree
-    scorer = "d" if prop.draft_scored else "r"
     ml = 0 if prop.draft_scored else prop.match_len
     grafted = prop.graft_from or len(t)
-    keys = [cal.key(f"{scorer}{t.sources[v]}", prop.cond[v], ml) for v in range(grafted)]
+    keys = [cal.key(f"{prop.scorer}{t.sources[v]}", prop.cond[v], ml) for v in range(grafted)]
     # grafted continuations are scored by frequency, like a retrieval-only tree's nodes
     keys += [cal.key(f"r{RETRIEVAL}", prop.cond[v], prop.graft_match_len) for v in range(grafted, len(t))]
     return keys

@@ -89,12 +89,12 @@ class TokenTree:
             out.append(node)
         return out
 
-    def merge(self, other: TokenTree) -> dict[int, int]:
-        """Fuse every root-to-node path of `other` into self (roots must agree).
-        Returns other's node index -> self's node index."""
-        if other.tokens[0] != self.tokens[0]:
+    def merge(self, other: TokenTree, start: int = 0) -> dict[int, int]:
+        """Fuse every root-to-node path of `other` into self below node `start` (default the root;
+        its token must be other's root token). Returns other's node index -> self's node index."""
+        if other.tokens[0] != self.tokens[start]:
             raise ValueError("cannot fuse trees with different roots")
-        mapping = {0: 0}
+        mapping = {0: start}
         for i in range(1, len(other)):  # parents come first, so mapping[parent] exists
             mapping[i] = self.add_node(
                 mapping[other.parents[i]], other.tokens[i], other.scores[i], other.sources[i], other.counts[i]
