@@ -137,11 +137,13 @@ class Answerer:
 
     def __init__(self, engine: Engine, index: DocumentIndex | None, *, verifier: Engine | None = None,
                  spec_config=None, rasd_draft=None, specrag_config: SpecRagConfig | None = None,
-                 instructions: str = RAG_INSTRUCTIONS, rasd_calibrator=None):
+                 instructions: str = RAG_INSTRUCTIONS, rasd_state: dict | None = None):
         """spec_config: the RASD decoder's config (or a SpecRagConfig, accepted for convenience);
         rasd_draft: optional draft model for RASD; verifier: the Speculative RAG verifier engine
-        (defaults to ``engine``: the drafter then scores its own drafts); rasd_calibrator: the
-        RASD acceptance statistics to carry across answers (default: one per Answerer)."""
+        (defaults to ``engine``: the drafter then scores its own drafts); rasd_state: where the RASD
+        decoder lives between answers, so what it learned carries over (acceptance calibration, the
+        draft bandit, the probe schedule): pass the same dict to every Answerer of one (model,
+        draft) pair (default: one per Answerer)."""
         if isinstance(spec_config, SpecRagConfig):
             specrag_config, spec_config = spec_config, None
         self.engine = engine
@@ -151,7 +153,7 @@ class Answerer:
         self.rasd_draft = rasd_draft
         self.specrag_config = specrag_config or SpecRagConfig()
         self.instructions = instructions
-        self.rasd_calibrator = rasd_calibrator
+        self.rasd_state = {} if rasd_state is None else rasd_state
         self._indexes: dict[str, Any] = {}
         self._pipeline = None
 
@@ -230,14 +232,13 @@ class Answerer:
     def _rasd_decoder(self, question: str, hits: Sequence[Any], history: Sequence[dict]) -> dict:
         try:
             from localrag.spec import make_rasd_decoder
-            from localrag.spec.budget import Calibrator
         except ImportError as exc:
             raise RuntimeError(f"rasd mode unavailable: {exc}") from exc
-        if self.rasd_calibrator is None:
-            self.rasd_calibrator = Calibrator()
-        documents = [h.text for h in hits] + [m["content"] for m in history] + [question]
-        decoder, dstats = make_rasd_decoder(self.engine.backend, self.spec_config, draft=self.rasd_draft,
-                                            documents=documents, calibrator=self.rasd_calibrator)
+        if "decoder" not in self.rasd_state:
+            self.rasd_state["decoder"] = make_rasd_decoder(self.engine.backend, self.spec_config,
+                                                           draft=self.rasd_draft)
+        decoder, dstats = self.rasd_state["decoder"]
+        decoder.set_documents([h.text for h in hits] + [m["content"] for m in history] + [question])
         return {"decoder": decoder, "decoder_stats": dstats}
 
     # ------------------------------------------------------------ Speculative RAG

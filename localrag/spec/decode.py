@@ -87,11 +87,10 @@ class RasdDecoder:
         # across answers like the calibrator, so one unlucky step at the start of an answer cannot
         # switch off a draft that earlier answers showed pays
         self._draft_arm = DraftBandit(1.0 / self.cost(1), self.spec.probe_every)
-        self._reset_answer_state()
-
-    def _reset_answer_state(self) -> None:
-        """What adapts within one answer (the calibrator and the draft bandit are kept)."""
-        # plain steps to wait before probing speculation again (doubles after each lost probe)
+        # plain steps since the last speculative step, and the run that forces a probe (doubles after
+        # each lost probe). Kept across answers too: in a chat where nothing is worth copying, every
+        # new answer would otherwise pay its first lost probes again.
+        self._plain_run = 0
         self._probe_wait = self.spec.probe_every
 
     def _draft_model(self, draft: Backend) -> DraftModel:
@@ -277,10 +276,8 @@ class RasdDecoder:
             raise ValueError("this RASD decoder was built for another backend")
         st = self._reset_stats()
         st["time_prefill_s"], self._prefill_s = self._prefill_s, 0.0
-        self._reset_answer_state()
         tok = sampler.pick(logits)
         yield [tok]
-        plain_run = 0
         busy = 0.0
         try:
             while True:
@@ -291,7 +288,7 @@ class RasdDecoder:
                     not self.spec.use_budget
                     or self._draft_arm.use_draft()
                 )
-                force = plain_run >= self._probe_wait
+                force = self._plain_run >= self._probe_wait
                 prop = self.propose(ctx, tok, use_draft, force)
                 keys, keep, gain = self._plan(prop, force)
                 if not keep:  # speculation does not pay now: one plain step
@@ -304,7 +301,7 @@ class RasdDecoder:
                     st["time_plain_s"] += tv
                     self.cost.observe(1, tv)
                     st["plain_steps"] += 1
-                    plain_run += 1
+                    self._plain_run += 1
                     out, depth, size = [nxt], 0, 0
                 else:
                     vt = prop.tree.select(keep)
@@ -316,7 +313,7 @@ class RasdDecoder:
                     self._learn(vt, sorted(keep), keys, path)
                     st["spec_steps"] += 1
                     st["probe_steps"] += int(force)
-                    plain_run = 0
+                    self._plain_run = 0
                     out = [vt.tokens[i] for i in path[1:]] + [nxt]
                     # a probe that lost to plain (fewer tokens than plain steps would have made in its
                     # verify time) doubles the wait before the next one; any winning step resets it

@@ -85,7 +85,7 @@ class Services:
         self._verifier = None
         self._verifier_error = ""
         self._drafts: dict[str, Any] = {}
-        self._calibrators: dict[tuple, Any] = {}  # RASD acceptance statistics per (engine, draft)
+        self._rasd_states: dict[tuple, dict] = {}  # the RASD decoder (what it learned) per (engine, draft)
 
     # ------------------------------------------------------------ models
     def load_engine(self, model_config: ModelConfig):
@@ -106,7 +106,7 @@ class Services:
                 return f"❌ Could not load **{model}**: {exc}.{kept}"
             old, self.engine, self.engine_error, self.model_config = self.engine, new, "", cfg
             self._drafts.clear()  # drafts were checked against the old target's vocabulary
-            self._calibrators.clear()  # and acceptance was learned for the old target
+            self._rasd_states.clear()  # and acceptance was learned for the old target
             if old is not None and hasattr(old, "close"):
                 old.close()
         return f"✅ Loaded **{self.engine.model_name}** (GPU layers {gpu_layers})."
@@ -219,13 +219,9 @@ class Services:
                 raise RuntimeError(why)
         kwargs = {"verifier": verifier, "rasd_draft": draft}
         if settings.mode == "rasd":
-            # RASD's acceptance statistics outlive one answer: one set per (loaded model, draft)
+            # what RASD learns outlives one answer: one decoder per (loaded model, draft)
             key = (id(self.engine), settings.draft_model if draft is not None else None)
-            if key not in self._calibrators:
-                from localrag.spec.budget import Calibrator
-
-                self._calibrators[key] = Calibrator()
-            kwargs["rasd_calibrator"] = self._calibrators[key]
+            kwargs["rasd_state"] = self._rasd_states.setdefault(key, {})
         return factory(self.engine, index, **kwargs), notes
 
     def close(self) -> None:

@@ -64,6 +64,23 @@ def test_specrag_mode_through_the_answerer(index, drafter, verifier):
     assert result.supported == bool(result.citations)
 
 
+def test_one_rasd_decoder_serves_every_answerer_of_a_model(index, drafter):
+    """Fresh Answerers sharing one rasd_state (as the UI makes them, one per message) reuse ONE
+    decoder, so what it learned carries over, and its datastore follows each question's chunks.
+    Losslessness itself is tested on the decoder (tests/spec/test_rasd_models.py)."""
+    state: dict = {}
+    decoders = []
+    for question, quote in ((Q, " terminate this agreement with 30 days written notice"),
+                            ("When does the blue ferry leave for the island?", " The blue ferry Aurora leaves")):
+        result = Answerer(drafter, index, rasd_state=state).ask(question, "rasd", GEN, k=2)
+        assert result.text and result.stats["generation"]["extra"]["mode"] == "rasd"
+        decoder = state["decoder"][0]
+        decoders.append(decoder)
+        assert decoder.stats["tokens"] > 0
+        assert decoder.datastore._corpus.count(drafter.backend.tokenize(quote, add_special=False)) >= 1
+    assert decoders[0] is decoders[1] and list(state) == ["decoder"]
+
+
 def test_rasd_mode_without_the_spec_package_fails_clearly(index, drafter, monkeypatch):
     # RASD's own losslessness is tested with localrag.spec (issue 4); here: the wiring's error path.
     monkeypatch.setitem(sys.modules, "localrag.spec", None)

@@ -248,12 +248,12 @@ def test_chunk_text_is_shown_literally():
 
 
 def test_rasd_acceptance_statistics_outlive_one_answer(make_services, all_modes):
-    """Every answer gets a fresh Answerer, but RASD's learned acceptance carries over, until a model swap."""
+    """Every answer gets a fresh Answerer, but RASD's decoder (what it learned) carries over, until a model swap."""
     s = make_services()
     first, _ = s.answerer(Settings(mode="rasd"))
     second, _ = s.answerer(Settings(mode="rasd"))
-    assert first.kwargs["rasd_calibrator"] is second.kwargs["rasd_calibrator"]
+    assert first.kwargs["rasd_state"] is second.kwargs["rasd_state"]
     s._model_loader = lambda cfg: type(s.engine)()
     assert "Loaded" in s.swap_model("smollm2-135m-instruct", 0)
     third, _ = s.answerer(Settings(mode="rasd"))
-    assert third.kwargs["rasd_calibrator"] is not first.kwargs["rasd_calibrator"]
+    assert third.kwargs["rasd_state"] is not first.kwargs["rasd_state"]
