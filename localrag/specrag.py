@@ -5,9 +5,9 @@ Pipeline, one function per phase:
     retrieve        top-n chunks from the document index (hybrid search) + a relevance gate
     cluster         MiniLM vectors of the chunks -> k-means into k clusters (scikit-learn)
     make_subsets    m unique subsets, one chunk per cluster (ordered by retrieval rank)
-    draft           the small drafter writes "Rationale: ... Answer: ..." per subset, both copied
-                    from the subset's chunks; all subsets decode concurrently as llama.cpp
-                    sequences in one batch (``localrag.specdraft``)
+    draft           the small drafter writes "Rationale: ... Answer: ..." per subset (or, with
+                    ``extractive``, copies both from the subset's chunks); all subsets decode
+                    concurrently as llama.cpp sequences in one batch (``localrag.specdraft``)
     verify          the verifier scores each draft's TEXT (its own tokenizer) in one pass over
                     [question, answer, rationale, reflection question, "Yes"]
     select          best combined score; below the calibrated threshold -> "not in the documents"
@@ -273,7 +273,7 @@ class SpeculativeRAG:
         t = time.perf_counter()
         texts = [[hits[i].text for i in sub] for sub in subsets]
         prompts = [draft_prompt(self.drafter, question, chunks, cfg) for chunks in texts]
-        sources = [chunk_tokens(self.drafter, chunks) for chunks in texts]
+        sources = [chunk_tokens(self.drafter, chunks) for chunks in texts] if cfg.extractive else None
         toks = draft(self.drafter.backend, prompts, cfg, sources=sources)
         stats["draft_s"] = time.perf_counter() - t
         t = time.perf_counter()

@@ -17,6 +17,8 @@ Methods, interleaved per question (same retrieval, same machine state):
     specrag      Speculative RAG (drafter + verifier, calibrated abstention)
     drafter      ablation: the same drafts, best by draft score, no verifier
     nocluster    ablation: random k-subsets instead of one chunk per cluster
+    oracle       NOT a method: the same drafts, best by F1 against the gold answers (abstains on
+                 unanswerable questions): the ceiling any selection rule could reach with these drafts
 
 Metrics (SQuAD normalisation): exact match, F1, answer-contained rate on answerable
 questions; for unanswerable ones (SQuAD v2) the rate of correct "not in the documents";
@@ -47,7 +49,7 @@ QA_INSTRUCTIONS = (
     "Answer the question using only the numbered sources below. Reply with just the answer, a short "
     "phrase. If the sources do not contain the answer, reply: not in the documents."
 )
-METHODS = ("norag", "rag", "specrag", "drafter", "nocluster")
+METHODS = ("norag", "rag", "specrag", "drafter", "nocluster", "oracle")
 
 
 @dataclass(frozen=True)
@@ -169,6 +171,8 @@ def run_question(answerer, norag, pipeline, rec: QARecord, gen, spec_cfg, k: int
                        "reflection": round(d.reflection, 3)} for d in r.drafts]
     best = max(usable, key=lambda d: d.draft_logprob / max(d.n_draft_tokens, 1)) if usable else None
     out["drafter"] = (best.answer if best else None, lat - r.stats.get("verify_s", 0.0))
+    gold = max(usable, key=lambda d: score_answer(d.answer, rec.answers)["f1"]) if usable and rec.answers else None
+    out["oracle"] = (gold.answer if gold else None, lat)
     t = time.perf_counter()
     r2 = pipeline.answer(rec.question, answerer.index, config=spec_cfg.with_(cluster=False))
     usable2 = [d for d in r2.drafts if not is_refusal(d.answer)]
@@ -230,10 +234,10 @@ def _pct(x) -> float:
 # ------------------------------------------------------------------ runner
 def run_qa(suite: str | None, data: str | None, n: int | None, seed: int = 0, k: int = 5,
            model: str | None = None, verifier: str = "gemma3-270m", progress=None, limit: int | None = None,
-           out: str | None = None, min_score: float | None = None) -> dict:
+           out: str | None = None, min_score: float | None = None, extractive: bool = False) -> dict:
     """Run every method on the sample; ``limit``: evaluate only the first questions of the sample
     (the collection still holds all N questions' documents); ``out``: rewrite partial results there
-    after every question."""
+    after every question; ``extractive``: drafts copied from the chunks (SpecRagConfig.extractive)."""
     from localrag.answer import Answerer
     from localrag.config import GenerationConfig, ModelConfig, SpecRagConfig
     from localrag.engine import Engine
@@ -247,7 +251,9 @@ def run_qa(suite: str | None, data: str | None, n: int | None, seed: int = 0, k:
     ingest_s = time.perf_counter() - t0
     engine = Engine.load(ModelConfig(model=model) if model else ModelConfig())
     ver = Engine.load(ModelConfig(model=verifier, n_batch=1024))
-    spec_cfg = SpecRagConfig() if min_score is None else SpecRagConfig(min_score=min_score)
+    spec_cfg = SpecRagConfig(extractive=extractive)
+    if min_score is not None:
+        spec_cfg = spec_cfg.with_(min_score=min_score)
     answerer = Answerer(engine, index, verifier=ver, specrag_config=spec_cfg, instructions=QA_INSTRUCTIONS)
     pipeline = SpeculativeRAG(engine, ver, spec_cfg)
     gen = GenerationConfig(max_tokens=32)
@@ -271,7 +277,7 @@ def _result(name, records, rows, n_docs, report, ingest_s, seed, k, engine, ver,
         "suite": name, "questions": len(records), "documents": n_docs, "chunks_ingested": report.chunks,
         "ingest_s": round(ingest_s, 1), "seed": seed, "k": k, "drafter": engine.model_name,
         "verifier": ver.model_name, "specrag": {"n": spec_cfg.n, "k": spec_cfg.k, "m": spec_cfg.m,
-                                                "min_score": spec_cfg.min_score,
+                                                "min_score": spec_cfg.min_score, "extractive": spec_cfg.extractive,
                                                 "min_relevance": spec_cfg.min_relevance},
         "methods": summarize(rows, records), "calibration": calibrate(rows, records),
         "predictions": [{"question": r.question, "gold": list(r.answers), **{m: row[m][0] for m in METHODS},
@@ -298,6 +304,8 @@ def add_bench_cli(bench_subparsers) -> None:
     p.add_argument("--out", default=None, help="also write (partial) results to this JSON file")
     p.add_argument("--min-score", type=float, default=None,
                    help="Speculative RAG support threshold (default: SpecRagConfig.min_score)")
+    p.add_argument("--extractive-drafts", action="store_true",
+                   help="Speculative RAG drafts copied from the chunks instead of written freely")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_qa)
 
@@ -308,7 +316,7 @@ def cmd_qa(args) -> int:
         print(f"[{i}/{total}] {rec.question[:60]!r} gold={list(rec.answers)[:2]} {shown}", file=sys.stderr)
 
     result = run_qa(args.suite, args.data, args.n, args.seed, args.k, verifier=args.verifier, progress=progress,
-                    limit=args.limit, out=args.out, min_score=args.min_score)
+                    limit=args.limit, out=args.out, min_score=args.min_score, extractive=args.extractive_drafts)
     if args.json:
         print(json.dumps(result, indent=2))
         return 0

@@ -193,9 +193,10 @@ def run_suite(
 ) -> dict:
     """Every method on every prompt, `repeats` rounds interleaved; per method the median decode time.
 
-    Tokens and stats come from the first round (greedy output does not depend on the round);
-    every round's time is kept (``decode_s_rounds``) for per-round ratios, and ``decode_s`` is
-    their median."""
+    Tokens and stats come from the first round. Every round's time and token count are kept
+    (``decode_s_rounds``, ``n_tokens_rounds``) for per-round ratios: a speculative decoder's state
+    carries over between rounds, so a near-tie may flip differently and change an answer's length.
+    ``decode_s`` is the median time."""
     rows: list[dict] = []
     noise = {"max_abs_logit_diff": 0.0, "max_margin_diff": 0.0}
     for i, p in enumerate(prompts):
@@ -232,23 +233,33 @@ def run_suite(
             if m == "pld":
                 row[m]["llama_plain_s_rounds"] = [r["llama_plain_s"] for r in rs]
                 row[m]["llama_plain_s"] = statistics.median(r["llama_plain_s"] for r in rs)
+                row[m]["n_rounds"] = [r["n"] for r in rs]
+                row[m]["n_plain_rounds"] = [r["n_plain"] for r in rs]
+            else:
+                row[m]["n_tokens_rounds"] = [len(r["tokens"]) for r in rs]
         row["plain"]["margins"] = rec["margins"]
         rec["logits"] = []  # (max_new, V) floats: free them before the next prompt
         rows.append(row)
     return {"rows": rows, "noise": noise}
 
 
-def _round_ratios(n: int, seconds: list[float], n_base: int, base_seconds: list[float]) -> list[float]:
-    """tokens/s (n tokens in each round's seconds) over the baseline's, one ratio per round: each
-    round's runs are adjacent in time, so a slow drift of the machine cancels; medians are then
-    over prompts x rounds."""
-    return [(n / b) / (n_base / a) if a and b and n_base else 0.0
-            for a, b in zip(base_seconds, seconds, strict=False)]
+def _round_ratios(run: dict, base: dict, n_key: str = "n_tokens", base_n_key: str = "n_tokens",
+                  base_s_key: str = "decode_s") -> list[float]:
+    """tokens/s of `run` over `base`'s, one ratio per round, each from that round's own token
+    counts and times: each round's runs are adjacent in time, so a slow drift of the machine
+    cancels; medians are then over prompts x rounds."""
+    seconds, base_seconds = _rounds(run), _rounds(base, base_s_key)
+    ns, base_ns = _rounds(run, n_key, len(seconds)), _rounds(base, base_n_key, len(base_seconds))
+    return [(n / b) / (nb / a) if a and b and nb else 0.0
+            for n, b, nb, a in zip(ns, seconds, base_ns, base_seconds, strict=False)]
 
 
-def _rounds(run: dict, key: str = "decode_s") -> list[float]:
-    """A run's per-round times (a run recorded without rounds counts as one)."""
-    return run.get(f"{key}_rounds") or [run[key]]
+def _rounds(run: dict, key: str = "decode_s", n: int = 1) -> list:
+    """A run's per-round values of `key` (one recorded without rounds counts as n equal rounds; a
+    token count missing altogether is the length of the first round's tokens)."""
+    if f"{key}_rounds" in run:
+        return run[f"{key}_rounds"]
+    return [run[key] if key in run else len(run["tokens"])] * n
 
 
 def _first_divergence(a: list[int], b: list[int]) -> int | None:
@@ -280,16 +291,16 @@ def summarise(result: dict, methods: list[str]) -> dict:
             if m == "pld":  # against llama-cpp-python's own plain run of the same round
                 t = x["n"] / x["decode_s"] if x["decode_s"] else 0.0
                 tps.append(t)
-                sp.extend(_round_ratios(x["n"], _rounds(x), x.get("n_plain") or x["n"], _rounds(x, "llama_plain_s")))
+                sp.extend(_round_ratios(x, x, "n", "n_plain", "llama_plain_s"))
                 same += int(x["identical"])
                 continue
             nx = len(x["tokens"])
             tps.append(nx / x["decode_s"] if x["decode_s"] else 0.0)
             # one ratio per round, against the plain run of the same round
-            sp.extend(_round_ratios(nx, _rounds(x), len(plain["tokens"]), _rounds(plain)))
+            sp.extend(_round_ratios(x, plain))
             if "hf-plain" in r:  # the transformers backend: also against transformers' own greedy loop
                 base = r["hf-plain"]
-                sp_hf.extend(_round_ratios(nx, _rounds(x), len(base["tokens"]), _rounds(base)))
+                sp_hf.extend(_round_ratios(x, base))
             st = x["stats"]
             acc.append(st.get("mean_accepted", 1.0))
             orc.append(st.get("oracle_speedup", 1.0))

@@ -33,6 +33,19 @@ def test_summarise_counts_near_ties():
     assert r["diverged_at_near_tie"] == 1 and r["diverged_not_near_tie"] == 1
 
 
+def test_round_ratios_use_each_rounds_own_token_count():
+    """A decoder's state carries over between rounds, so a near-tie can flip and change an answer's
+    length in a later round: each round's tokens/s uses that round's count, not the first round's."""
+    plain = {"tokens": [1] * 19, "decode_s": 1.0, "decode_s_rounds": [1.0, 1.0], "n_tokens_rounds": [19, 19],
+             "margins": [5.0] * 19, "stats": {}}
+    rasd = {"tokens": [1] * 11, "decode_s": 0.75, "decode_s_rounds": [0.5, 1.0], "n_tokens_rounds": [11, 19],
+            "stats": {"mean_accepted": 1.0}}
+    s = summarise({"rows": [{"plain": plain, "rasd": rasd}], "noise": {"max_margin_diff": 0.0,
+                                                                       "max_abs_logit_diff": 0.0}}, ["plain", "rasd"])
+    # round 1: 11 tokens in 0.5 s vs 19 in 1 s; round 2: 19 tokens in the same time as plain
+    assert s["rasd"]["median_speedup"] == (22 / 19 + 1.0) / 2
+
+
 def test_verify_noise_counts_identical_contexts_only():
     """Rows before the first divergence are compared; the divergence itself and what follows are not."""
     single = [np.array([0.0, 0.0, 0.0]), np.array([3.0, 1.0, 0.0]), np.array([2.0, 1.9, 0.0]),

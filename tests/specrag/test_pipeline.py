@@ -80,8 +80,9 @@ def test_draft_logprob_matches_token_by_token_decoding(drafter):
 def test_extractive_drafts_copy_spans_and_keep_the_drafters_own_logprob(drafter):
     prompts = _prompts(drafter, SUBSETS)
     sources = [chunk_tokens(drafter, texts) for texts in SUBSETS]
-    together = draft(drafter.backend, prompts, CFG, sources=sources)
-    one_by_one = [draft(drafter.backend, [p], CFG, sources=[s])[0] for p, s in zip(prompts, sources, strict=True)]
+    cfg = CFG.with_(extractive=True)
+    together = draft(drafter.backend, prompts, cfg, sources=sources)
+    one_by_one = [draft(drafter.backend, [p], cfg, sources=[s])[0] for p, s in zip(prompts, sources, strict=True)]
     for a, b in zip(together, one_by_one, strict=True):  # concurrent == sequential here too
         assert a.rationale + a.forced + a.answer == b.rationale + b.forced + b.answer
     be = drafter.backend

@@ -1,0 +1,96 @@
+"""bench qa's bookkeeping on deterministic fakes: which answer each method reports (the ablations and
+the oracle ceiling are picked from the same drafts), and the metrics over them.
+
+Run: .venv/bin/python -m pytest tests/specrag/test_bench_qa.py -q
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from localrag.answer import Draft
+from localrag.bench.qa import QARecord, calibrate, run_question, score_answer, summarize
+from localrag.config import SpecRagConfig
+
+
+def _draft(answer: str, score: float, draft_logprob: float) -> Draft:
+    return Draft(answer=answer, rationale="", citations=[], draft_logprob=draft_logprob, consistency=-1.0,
+                 reflection=-0.5, score=score, n_draft_tokens=1, n_verify_tokens=1)
+
+
+@dataclass
+class _Reply:
+    text: str
+
+
+@dataclass
+class _Result:
+    drafts: list
+    supported: bool
+    stats: dict = field(default_factory=lambda: {"verify_s": 0.0})
+
+
+class FakeAnswerer:
+    index = None
+
+    def __init__(self, text: str):
+        self.text = text
+
+    def ask(self, question, mode, gen, k):
+        return _Reply(self.text)
+
+
+class FakePipeline:
+    """Drafts sorted by combined score, as SpeculativeRAG returns them."""
+
+    def __init__(self, drafts: list[Draft], supported: bool = True):
+        self.drafts, self.supported = drafts, supported
+
+    def answer(self, question, index, config):
+        return _Result(self.drafts, self.supported)
+
+
+DRAFTS = [_draft("the Pacific Ocean coast", -6.0, -9.0),  # best combined score
+          _draft("Pacific", -7.0, -8.0),  # best F1, worst draft score
+          _draft("not in the documents", -5.0, -1.0),  # a refusal is never picked as an answer
+          _draft("Los Angeles", -8.0, -2.0)]  # best draft score
+
+
+def test_each_method_reports_its_own_pick_from_the_same_drafts():
+    rec = QARecord("Which coastline does Southern California touch?", ("doc",), ("Pacific",))
+    row = run_question(FakeAnswerer("Answer: The Pacific."), FakeAnswerer("I don't know"), FakePipeline(DRAFTS),
+                       rec, None, SpecRagConfig(), k=5)
+    assert row["rag"][0] == "The Pacific"
+    assert row["specrag"][0] == "the Pacific Ocean coast"
+    assert row["drafter"][0] == "Los Angeles"
+    assert row["oracle"][0] == "Pacific"
+    assert [d["answer"] for d in row["_drafts"]] == [d.answer for d in DRAFTS]
+
+
+def test_unsupported_and_unanswerable_rows_abstain():
+    unanswerable = QARecord("What is the capital of Mars?", ("doc",), ())
+    row = run_question(FakeAnswerer("not in the documents"), FakeAnswerer("Olympus"),
+                       FakePipeline(DRAFTS, supported=False), unanswerable, None, SpecRagConfig(), k=5)
+    assert row["rag"][0] is None and row["specrag"][0] is None and row["oracle"][0] is None
+    assert row["norag"][0] == "Olympus"
+
+
+def test_summary_scores_answerable_and_unanswerable_separately():
+    recs = [QARecord("q1", ("d",), ("Pacific",)), QARecord("q2", ("d",), ())]
+    rows = [{m: ("Pacific Ocean", 1.0) for m in ("norag", "rag", "specrag", "drafter", "nocluster", "oracle")},
+            {m: (None, 3.0) for m in ("norag", "rag", "specrag", "drafter", "nocluster", "oracle")}]
+    rows[1]["norag"] = ("Olympus", 3.0)
+    res = summarize(rows, recs)
+    f1 = score_answer("Pacific Ocean", ("Pacific",))["f1"]
+    assert abs(f1 - 2 / 3) < 1e-9  # precision 1/2, recall 1
+    assert res["rag"]["f1"] == round(100 * f1, 2) and res["rag"]["contained"] == 100.0
+    assert res["rag"]["unanswerable_correct"] == 100.0 and res["norag"]["unanswerable_correct"] == 0.0
+    assert res["oracle"]["latency_mean_s"] == 2.0
+
+
+def test_calibrated_threshold_trades_abstention_against_f1():
+    recs = [QARecord("q1", ("d",), ("Pacific",)), QARecord("q2", ("d",), ())]
+    rows = [{"_best": ("Pacific", -5.0)}, {"_best": ("Mars", -9.0)}]
+    cal = calibrate(rows, recs)
+    # a threshold between the two scores keeps the right answer and turns away the unanswerable one
+    assert cal["best_threshold"] == -5.0 and cal["utility"] == 1.0
