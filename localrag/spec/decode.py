@@ -12,7 +12,8 @@ root is the token chosen at the previous step (not yet in the KV cache), then
 commits root + accepted path; the bonus token becomes the next root. When the
 measured cost curve says speculation will not pay, the step is a plain
 ``decode_one`` instead; a speculative step is probed again after
-``probe_every`` plain steps. Only the Backend protocol is used (llama.cpp and
+``probe_every`` plain steps, and twice as long after each probe, until a step
+the budget chose itself pays. Only the Backend protocol is used (llama.cpp and
 transformers alike).
 """
 
@@ -88,8 +89,8 @@ class RasdDecoder:
         # switch off a draft that earlier answers showed pays
         self._draft_arm = DraftBandit(1.0 / self.cost(1), self.spec.probe_every)
         # plain steps since the last speculative step, and the run that forces a probe (doubles after
-        # each lost probe). Kept across answers too: in a chat where nothing is worth copying, every
-        # new answer would otherwise pay its first lost probes again.
+        # each probe, see the loop). Kept across answers too: in a chat where nothing is worth
+        # copying, every new answer would otherwise pay its first lost probes again.
         self._plain_run = 0
         self._probe_wait = self.spec.probe_every
 
@@ -315,13 +316,15 @@ class RasdDecoder:
                     st["probe_steps"] += int(force)
                     self._plain_run = 0
                     out = [vt.tokens[i] for i in path[1:]] + [nxt]
-                    # a probe that lost to plain (fewer tokens than plain steps would have made in its
-                    # verify time) doubles the wait before the next one; any winning step resets it
+                    # a forced probe doubles the wait before the next one, won or lost: it is one
+                    # trial for the calibrator, which then decides whether steps pay on their own. A
+                    # step the budget chose itself that beat plain (more tokens than plain steps
+                    # would have made in its verify time) resets the wait.
                     base = self.spec.probe_every
-                    if len(out) * self.cost(1) >= tv:
-                        self._probe_wait = base
-                    elif force:
+                    if force:
                         self._probe_wait = min(self._probe_wait * 2, 8 * base)
+                    elif len(out) * self.cost(1) >= tv:
+                        self._probe_wait = base
                     depth, size = vt.max_depth(), vt.n_drafted
                     st["tree_sizes"].append(size)
                     st["expected_gain_sum"] += gain if gain == gain else 0.0

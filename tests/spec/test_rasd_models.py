@@ -93,6 +93,23 @@ def test_greedy_rasd_equals_plain(smollm2_engine, use_budget):
         assert stats["mean_accepted"] >= 1.0
 
 
+def test_probe_schedule_outlives_an_answer(smollm2_engine):
+    """Where speculation never pays on its own (verify cost k x one token), only forced probes
+    verify, each doubling the wait before the next; the next answer continues that schedule
+    instead of paying its first probes again."""
+    engine = smollm2_engine
+    spec = SpecConfig(calibrate=False, probe_every=2)
+    dec, stats = make_rasd_decoder(engine.backend, spec, cost=CostModel.linear(0.01, 0.01))
+    cfg = GenerationConfig(max_tokens=32, stop=engine.prompt.stop)
+    ids = _chat_ids(engine, "Write a short poem about the sea and the sea wind.")
+    run_generation(engine, ids, cfg, dec, stats)
+    first = stats["probe_steps"]
+    assert first == stats["spec_steps"] >= 2
+    assert dec._probe_wait == min(spec.probe_every * 2**first, 8 * spec.probe_every)
+    run_generation(engine, ids, cfg, dec, stats)
+    assert stats["probe_steps"] < first
+
+
 def test_target_as_draft_accepts_every_drafted_token(smollm2_engine, smollm2_draft):
     engine = smollm2_engine
     spec = SpecConfig(
