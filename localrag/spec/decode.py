@@ -158,8 +158,9 @@ class RasdDecoder:
         keep, gain = choose(prop, acc, spec, self.cost, 0.0, force, self.max_nodes, need)
         return keys, keep, gain
 
-    def _retrieval_alone(self, rtree: TokenTree, match_len: int) -> Proposal | None:
-        """The retrieval-only proposal, if it promises more tokens/s than the draft's steps realise.
+    def _retrieval_alone(self, rtree: TokenTree, match_len: int) -> tuple[Proposal, tuple] | None:
+        """The retrieval-only proposal and its plan (``_plan``), if it promises more tokens/s than
+        the draft's steps realise.
 
         Then this step skips the draft model: a long verbatim match is free to propose, while the
         draft pays a forward per drafted token. The retrieval side is the budget's expected gain
@@ -167,17 +168,21 @@ class RasdDecoder:
         if len(rtree) <= 1 or not self.spec.use_budget:
             return None
         prop = Proposal(*prune_retrieval(rtree, self.spec), draft_scored=False, match_len=match_len)
-        _, keep, gain = self._plan(prop, False)
+        plan = self._plan(prop, False)
+        _, keep, gain = plan
         rate = gain * self.calibrator.realism_of("r") / self.cost(1)
-        return prop if keep and rate >= self._draft_arm.rate["draft"] else None
+        return (prop, plan) if keep and rate >= self._draft_arm.rate["draft"] else None
 
     def set_limit(self, n_tokens: int) -> None:
         """The answer can take at most `n_tokens` more tokens (its last emitted token, the next
         step's root, is already counted)."""
         self._limit = n_tokens
 
-    def propose(self, ctx: list[int], root: int, use_draft: bool, force: bool = False) -> Proposal:
-        """Retrieval trie (timed), draft tree (timed), RASD prune + fuse."""
+    def propose(
+        self, ctx: list[int], root: int, use_draft: bool, force: bool = False
+    ) -> tuple[Proposal, tuple | None]:
+        """Retrieval trie (timed), draft tree (timed), RASD prune + fuse. Returns the proposal and
+        its plan when one was already made for it (retrieval alone beat the draft), else None."""
         s, st = self.spec, self.stats
         t0 = time.perf_counter()
         rtree, mlen = TokenTree(root), 0
@@ -195,7 +200,7 @@ class RasdDecoder:
         if alone is not None:
             return alone
         if not use_draft:
-            return Proposal(*prune_retrieval(rtree, s), draft_scored=False, match_len=mlen)
+            return Proposal(*prune_retrieval(rtree, s), draft_scored=False, match_len=mlen), None
         dm, cal = self.draft, self.calibrator
         root_probs = dm.sync(ctx)  # draft KV follows the accepted tokens (only new ones prefilled)
         catchup = 0.0
@@ -220,7 +225,7 @@ class RasdDecoder:
         st["time_draft_s"] += draft_s
         st["draft_steps"] += 1
         return Proposal(tree, cond, draft_scored=True, match_len=mlen, draft_s=draft_s, catchup_s=catchup,
-                        graft_from=graft_from if len(tree) > graft_from else 0, graft_match_len=graft_len)
+                        graft_from=graft_from if len(tree) > graft_from else 0, graft_match_len=graft_len), None
 
     def _graft_continuations(self, tree: TokenTree, cond: list[float], ctx: list[int], tip: int) -> int:
         """Below a draft chain's last node, the datastore's continuations of context + chain.
@@ -290,8 +295,9 @@ class RasdDecoder:
                     or self._draft_arm.use_draft()
                 )
                 force = self._plain_run >= self._probe_wait
-                prop = self.propose(ctx, tok, use_draft, force)
-                keys, keep, gain = self._plan(prop, force)
+                prop, planned = self.propose(ctx, tok, use_draft, force)
+                # a plan made with force=False that verifies nodes is what force=True would make
+                keys, keep, gain = planned or self._plan(prop, force)
                 if not keep:  # speculation does not pay now: one plain step
                     tv = time.perf_counter()
                     row = backend.decode_one(tok)
