@@ -5,6 +5,8 @@ Pipeline, one function per phase:
     retrieve        top-n chunks from the document index (hybrid search) + a relevance gate
     cluster         MiniLM vectors of the chunks -> k-means into k clusters (scikit-learn)
     make_subsets    m unique subsets, one chunk per cluster (ordered by retrieval rank)
+    shared_prefix_order  each subset's chunks in the prompt order that lets drafter prompts share
+                    KV prefixes (a chunk several subsets hold is prefilled once, not per subset)
     draft           the small drafter writes "Rationale: ... Answer: ..." per subset (or, with
                     ``extractive``, copies both from the subset's chunks); all subsets decode
                     concurrently as llama.cpp sequences in one batch (``localrag.specdraft``)
@@ -28,6 +30,7 @@ mean probability); the reflection term is one token and is left as is.
 
 from __future__ import annotations
 
+import collections
 import itertools
 import math
 import re
@@ -51,7 +54,7 @@ from localrag.specdraft import (
 )
 
 __all__ = ["DraftTokens", "SpeculativeRAG", "draft", "draft_prompt", "share_plan", "retrieve", "cluster",
-           "make_subsets", "random_subsets", "verify", "verifier_segments", "combined_score", "select",
+           "make_subsets", "random_subsets", "shared_prefix_order", "verify", "verifier_segments", "combined_score", "select",
            "short_answer", "is_refusal"]
 
 REFUSALS = ("not in the documents", "does not say", "do not say", "no information", "not mentioned",
@@ -107,6 +110,31 @@ def random_subsets(n_chunks: int, k: int, m: int, seed: int = 0) -> list[tuple[i
         pick = tuple(sorted(int(i) for i in rng.choice(n_chunks, size=k, replace=False)))
         if pick not in out:
             out.append(pick)
+    return out
+
+
+def shared_prefix_order(subsets: Sequence[Sequence[int]]) -> list[tuple[int, ...]]:
+    """Each subset's chunks in the order its drafter prompt lists them, chosen so prompts share
+    prefixes: the drafter prefills a prompt's common prefix with an earlier prompt once and copies
+    its KV (``share_plan``), so (0, 1), (0, 2), (0, 4) prefill chunk 0 once, not three times.
+
+    Greedy, subset by subset: the next chunk extends a prefix an earlier subset already placed if
+    it can; otherwise it is the chunk most later subsets hold (so they can share it), then the
+    best-ranked. Same chunks per subset; only the order inside each changes.
+    """
+    placed: set[tuple[int, ...]] = set()  # every prefix of the subsets ordered so far
+    out: list[tuple[int, ...]] = []
+    for i, sub in enumerate(subsets):
+        later = collections.Counter(c for s in subsets[i + 1:] for c in s)
+        prefix: tuple[int, ...] = ()
+        rest = set(sub)
+        while rest:
+            pool = [c for c in rest if prefix + (c,) in placed] or rest
+            chunk = min(pool, key=lambda c: (-later[c], c))
+            prefix += (chunk,)
+            rest.remove(chunk)
+        placed.update(prefix[:j] for j in range(1, len(prefix) + 1))
+        out.append(prefix)
     return out
 
 
@@ -269,6 +297,7 @@ class SpeculativeRAG:
             subsets = make_subsets(cluster(vectors, cfg.k, cfg.seed), cfg.m)
         else:
             subsets = random_subsets(len(hits), cfg.k, cfg.m, cfg.seed)
+        subsets = shared_prefix_order(subsets)
         stats["cluster_s"] = time.perf_counter() - t
         t = time.perf_counter()
         texts = [[hits[i].text for i in sub] for sub in subsets]

@@ -3,6 +3,7 @@
     python -m localrag bench speed --suite docqa --model gemma3-270m --n 4 --max-new-tokens 64
     python -m localrag bench speed --suite chat --methods plain,pld,rasd --json
     python -m localrag bench speed --prompts my.jsonl --draft smollm2-135m-instruct
+    python -m localrag bench speed --backend hf --draft smollm2-135m-instruct --max-depth 24 --draft-nodes 24
 
 Methods (every prompt runs every method back to back, ``--repeats`` rounds, each run from an
 empty cache, so machine load hits all alike):
@@ -65,6 +66,8 @@ def add_bench_cli(sub) -> None:
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--ctx", type=int, default=4096)
     p.add_argument("--recalibrate", action="store_true", help="measure the verify-cost curve T(k) again")
+    p.add_argument("--max-depth", type=int, default=None, help="longest drafted path (SpecConfig.max_depth)")
+    p.add_argument("--draft-nodes", type=int, default=None, help="draft tree/chain size (SpecConfig.draft_nodes)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_speed)
 
@@ -357,7 +360,8 @@ def cmd_speed(args) -> int:
     except ModelError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    spec = SpecConfig()
+    knobs = {"max_depth": args.max_depth, "draft_nodes": args.draft_nodes}
+    spec = SpecConfig(**{k: v for k, v in knobs.items() if v is not None})
     max_k = min(spec.max_nodes, getattr(engine.backend, "max_leaves", 64)) + 1
     cost = CostModel.load_or_measure(engine.backend, max_k, refresh=args.recalibrate)
     decoders = {}
