@@ -7,6 +7,10 @@ import pytest
 import torch
 
 from localrag.backends.hf import HFBackend, pick_device, pick_dtype
+from localrag.config import GenerationConfig, SpecConfig
+from localrag.generation import Generation, plain_decoder
+from localrag.spec.budget import CostModel
+from localrag.spec.decode import make_rasd_decoder
 from tests.hf.conftest import gpu_only, tiny_model, tiny_tokenizer
 from tests.hf.test_hf_tree import path_to, random_tree
 
@@ -44,3 +48,19 @@ def test_gpu_tree_logits_and_compaction(dtype, atol):
         context += [tokens[i] for i in path]
     ref.reset()
     np.testing.assert_allclose(be.decode_one(5), ref.prefill(context + [5]), atol=atol, rtol=0)
+
+
+def test_gpu_rasd_greedy_equals_plain():
+    """RASD (retrieval + a transformers draft, every tree verified) on the device in fp32: the same
+    tokens as plain greedy decoding on the device. (In half precision a batched forward may round
+    differently from a one-token one, so only near-ties could flip; the tree test above bounds that.)"""
+    plain_be, target, draft = (_device_backend(torch.float32) for _ in range(3))  # the draft is the target's twin
+    prompt = [1] + [int(t) for t in np.random.default_rng(3).integers(3, 64, size=20)]
+    cfg = GenerationConfig(max_tokens=48)
+    plain = Generation(plain_be, prompt, plain_decoder, cfg).run()
+    doc = " ".join(f"w{t - 3}" for t in plain.tokens[5:30])  # part of the answer is in the "documents"
+    always = SpecConfig(calibrate=False, use_budget=False)
+    decoder, stats = make_rasd_decoder(target, always, draft=draft, documents=[doc], cost=CostModel.linear())
+    spec = Generation(target, prompt, decoder, cfg, stats).run()
+    assert spec.tokens == plain.tokens
+    assert stats["spec_steps"] > 0 and stats["mean_accepted"] > 2.0
