@@ -54,8 +54,8 @@ from localrag.specdraft import (
 )
 
 __all__ = ["DraftTokens", "SpeculativeRAG", "draft", "draft_prompt", "share_plan", "retrieve", "cluster",
-           "make_subsets", "random_subsets", "shared_prefix_order", "verify", "verifier_segments", "combined_score", "select",
-           "short_answer", "is_refusal"]
+           "make_subsets", "random_subsets", "shared_prefix_order", "verify", "verifier_segments",
+           "combined_score", "select", "short_answer", "is_refusal"]
 
 REFUSALS = ("not in the documents", "does not say", "do not say", "no information", "not mentioned",
             "cannot be determined", "unknown", "not specified", "not provided", "not stated",
