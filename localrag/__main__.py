@@ -11,28 +11,20 @@ Each area of the engine contributes its own subcommands through an
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 
-# Modules that define add_cli(subparsers). Each subcommand sets `func(args) -> int`.
-CLI_MODULES = (
-    "localrag.cli",
-    "localrag.rag.cli",
-    "localrag.bench.cli",
-    "localrag.answer_cli",
-)
+from localrag import answer_cli, cli
+from localrag.bench import cli as bench_cli
+from localrag.rag import cli as rag_cli
+
+# Each module defines add_cli(subparsers); each subcommand sets `func(args) -> int`.
+CLI_MODULES = (cli, rag_cli, bench_cli, answer_cli)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m localrag", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    for name in CLI_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:  # an area not present in this checkout
-            if exc.name != name:
-                raise
-            continue
+    for module in CLI_MODULES:
         module.add_cli(sub)
     return parser
 

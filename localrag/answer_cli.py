@@ -2,11 +2,10 @@
 
     python -m localrag ask "what does my contract say about termination?" --mode plain
     python -m localrag ask "..." --mode rasd [--draft smollm2-135m-instruct]
-    python -m localrag ask "..." --mode specrag [--verifier gemma3-270m] --json
+    python -m localrag ask "..." --mode grounded [--verifier gemma3-270m] --json
     python -m localrag ask "..." --collection work --k 8
 
-Modes: ``plain`` / ``rasd`` stuff the top-k chunks into one prompt (``rasd`` adds the
-lossless speedup); ``specrag`` is Speculative RAG (drafts from chunk subsets, verified).
+The modes come from the registry (``localrag.modes``); ``specrag`` is accepted for ``grounded``.
 """
 
 from __future__ import annotations
@@ -14,67 +13,66 @@ from __future__ import annotations
 import json
 import sys
 
-from localrag.answer import MODES, AnswerResult
-from localrag.config import ModelConfig, SpecRagConfig
-
-DEFAULT_VERIFIER = "gemma3-270m"
+from localrag.answer import Answerer
+from localrag.cli import add_model_args, add_sampling_args, generation_config, model_config
+from localrag.config import GroundedConfig
+from localrag.engine import Engine
+from localrag.grounded import load_verifier
+from localrag.models import ModelError
+from localrag.modes import MODES, AnswerRequest, get_mode, mode_names
+from localrag.rag.config import IndexConfig
+from localrag.rag.index import DocumentIndex
+from localrag.rasd import load_draft
+from localrag.results import AnswerResult
 
 
 def add_cli(sub) -> None:
-    from localrag.cli import add_model_args, add_sampling_args
-
     p = sub.add_parser("ask", help="answer a question from your documents")
     p.add_argument("question")
-    p.add_argument("--mode", choices=MODES, default="plain")
+    p.add_argument("--mode", choices=mode_names(), default="plain",
+                   help="; ".join(f"{m.id}: {m.summary}" for m in MODES.values()))
     p.add_argument("--collection", default=None, help="document collection (default: 'default')")
     p.add_argument("--k", type=int, default=5, help="chunks stuffed into the prompt (plain/rasd)")
     p.add_argument("--index-dir", default=None, help="index folder (default: docs_index/ or LOCALRAG_INDEX_DIR)")
-    p.add_argument("--verifier", default=DEFAULT_VERIFIER, help="specrag verifier model (any vocabulary)")
+    p.add_argument("--verifier", default=GroundedConfig().verifier, help="grounded: verifier model (any vocabulary)")
     p.add_argument("--draft", default=None, help="rasd draft model (must share the target's vocabulary)")
-    p.add_argument("--n", type=int, default=None, help="specrag: chunks retrieved (default 10)")
-    p.add_argument("--clusters", type=int, default=None, help="specrag: k clusters = chunks per draft (default 2)")
-    p.add_argument("--drafts", type=int, default=None, help="specrag: m drafts (default 5)")
+    p.add_argument("--n", type=int, default=None, help="grounded: chunks retrieved (default 10)")
+    p.add_argument("--clusters", type=int, default=None, help="grounded: k clusters = chunks per draft (default 2)")
+    p.add_argument("--drafts", type=int, default=None, help="grounded: m drafts (default 5)")
     add_model_args(p)
     add_sampling_args(p)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of streaming")
     p.set_defaults(func=cmd_ask)
 
 
-def build_answerer(args):
+def build_answerer(args) -> Answerer:
     """Engine (+ verifier / draft as the mode needs) and the document index, from CLI args."""
-    from localrag.answer import Answerer
-    from localrag.cli import model_config
-    from localrag.engine import Engine
-    from localrag.rag import DocumentIndex, IndexConfig
-
+    mode = get_mode(args.mode)
     engine = Engine.load(model_config(args))
+    ok, why = mode.available(engine)
+    if not ok:
+        raise ValueError(f"{mode.label} is unavailable: {why}")
+    changes = {key: val for key, val in (("n", args.n), ("k", args.clusters), ("m", args.drafts)) if val}
+    grounded = GroundedConfig(verifier=args.verifier).with_(**changes)
     verifier = draft = None
-    if args.mode == "specrag" and args.verifier and args.verifier != args.model:
-        verifier = Engine.load(ModelConfig(model=args.verifier, n_ctx=4096, n_batch=1024,
-                                           n_gpu_layers=args.gpu_layers, n_threads=args.threads))
-    if args.mode == "rasd" and args.draft:
-        from localrag.spec import load_draft
-
+    if mode.id == "grounded" and args.verifier != args.model:
+        verifier = load_verifier(grounded, engine.backend.config)
+    if mode.id == "rasd" and args.draft:
         draft = load_draft(engine.backend, args.draft)
     index = DocumentIndex(IndexConfig.from_env(collection=args.collection, index_dir=args.index_dir))
-    changes = {key: val for key, val in (("n", args.n), ("k", args.clusters), ("m", args.drafts)) if val}
-    spec = SpecRagConfig().with_(**changes)
-    return Answerer(engine, index, verifier=verifier, rasd_draft=draft, specrag_config=spec)
+    return Answerer(engine, index, verifier=verifier, rasd_draft=draft, grounded_config=grounded)
 
 
 def cmd_ask(args) -> int:
-    from localrag.cli import generation_config
-    from localrag.models import ModelError
-
     try:
         answerer = build_answerer(args)
     except (ModelError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    gen = generation_config(args)
+    request = AnswerRequest(args.question, gen=generation_config(args), k=args.k, collection=args.collection)
     result = None
     try:
-        for item in answerer.stream(args.question, [], args.mode, gen, k=args.k, collection=args.collection):
+        for item in get_mode(args.mode).stream(answerer, request):
             if isinstance(item, AnswerResult):
                 result = item
             elif not args.json:
@@ -100,5 +98,10 @@ def print_details(result: AnswerResult) -> None:
     for d in result.drafts:
         print(f"  draft score {d.score:+.2f} (draft {d.draft_logprob:.1f}, consistency {d.consistency:.1f}, "
               f"reflection {d.reflection:.2f}): {d.answer!r}", file=out)
-    times = {k: round(v, 3) for k, v in result.stats.items() if k.endswith("_s") and isinstance(v, float)}
-    print(f"  supported={result.supported} timing={times}", file=out)
+    s = result.stats
+    times = {"retrieve": round(s.retrieval.seconds, 3), "total": round(s.total_s, 3)}
+    if s.generation is not None:
+        times |= {"prefill": round(s.generation.prefill_seconds, 3), "decode": round(s.generation.decode_seconds, 3)}
+    if s.grounded is not None:
+        times |= {"draft": round(s.grounded.draft_s, 3), "verify": round(s.grounded.verify_s, 3)}
+    print(f"  supported={result.supported} timing_s={times}", file=out)

@@ -11,9 +11,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
-from localrag.config import DEFAULT_MODEL, GenerationConfig, ModelConfig
+from localrag.config import DEFAULT_MODEL, GenerationConfig, ModelConfig, RasdConfig
+from localrag.engine import Engine
+from localrag.generation import Decoder
 from localrag.models import ModelError, ModelInfo, list_models
+from localrag.rasd import RasdDecoder, load_draft
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
@@ -110,25 +114,23 @@ def _info_dict(r: ModelInfo | ModelError) -> dict:
 
 
 def cmd_generate(args) -> int:
-    from localrag.engine import Engine
-
     try:
         engine = Engine.load(model_config(args))
     except ModelError as exc:
         return _fail(str(exc))
     cfg = generation_config(args)
-    decoding = {}
+    decoder = None
     if args.mode == "rasd":
         try:
-            decoding = _rasd_decoding(engine, args)
+            decoder = _rasd_decoder(engine, args)
         except (ModelError, OSError) as exc:
             return _fail(str(exc))
     elif args.draft or args.docs:
         return _fail("--draft and --docs need --mode rasd")
     if args.chat:
-        gen = engine.chat([{"role": "user", "content": args.prompt}], cfg, **decoding)
+        gen = engine.chat([{"role": "user", "content": args.prompt}], cfg, decoder=decoder)
     else:
-        gen = engine.complete(args.prompt, cfg, **decoding)
+        gen = engine.complete(args.prompt, cfg, decoder=decoder)
     if args.json:
         gen.run()
         print(json.dumps(_result_dict(engine, gen), ensure_ascii=False))
@@ -141,17 +143,11 @@ def cmd_generate(args) -> int:
     return 0
 
 
-def _rasd_decoding(engine, args) -> dict:
-    """decoder + decoder_stats for Engine.complete/chat in RASD mode (docs read as UTF-8 text)."""
-    from pathlib import Path
-
-    from localrag.config import SpecConfig
-    from localrag.spec import load_draft, make_rasd_decoder
-
+def _rasd_decoder(engine: Engine, args) -> Decoder:
+    """The Speedup decoder for ``generate --mode rasd`` (docs read as UTF-8 text)."""
     docs = [Path(f).read_text(encoding="utf-8", errors="replace") for f in args.docs]
     draft = load_draft(engine.backend, args.draft) if args.draft else None
-    decoder, stats = make_rasd_decoder(engine.backend, SpecConfig(), draft=draft, documents=docs)
-    return {"decoder": decoder, "decoder_stats": stats}
+    return RasdDecoder(engine.backend, RasdConfig(), draft=draft, documents=docs)
 
 
 def _result_dict(engine, gen) -> dict:
@@ -166,8 +162,6 @@ def _result_dict(engine, gen) -> dict:
 
 
 def cmd_chat(args) -> int:
-    from localrag.engine import Engine
-
     try:
         engine = Engine.load(model_config(args))
     except ModelError as exc:

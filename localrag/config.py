@@ -31,6 +31,11 @@ def default_index_dir() -> Path:
     return Path(os.environ.get("LOCALRAG_INDEX_DIR", repo_root() / "docs_index"))
 
 
+def default_cache_dir() -> Path:
+    """Measured cost curves, converted models and benchmark data; override with LOCALRAG_CACHE_DIR."""
+    return Path(os.environ.get("LOCALRAG_CACHE_DIR", Path.home() / ".cache" / "localrag"))
+
+
 def default_models_dir() -> Path:
     """Where bundled model files are materialised; override with LOCALRAG_MODELS_DIR."""
     return Path(os.environ.get("LOCALRAG_MODELS_DIR", repo_root() / "models"))
@@ -94,14 +99,14 @@ class AppConfig:
 
 
 @dataclass(frozen=True)
-class SpecRagConfig:
-    """Speculative RAG (DESIGN.md §4, arXiv 2407.08223): n retrieved chunks, k clusters
-    (= chunks per draft), m drafts. Scores are natural-log; see ``localrag.specrag``.
+class GroundedConfig:
+    """Speculative RAG (docs/design.md, "Grounded"; arXiv 2407.08223): n retrieved chunks, k clusters
+    (= chunks per draft), m drafts. Scores are natural-log; see ``localrag.grounded.pipeline``.
 
     min_relevance: retrieval gate. A chunk counts as relevant when its dense cosine
     similarity to the question is >= this (MiniLM cosine; unrelated text sits near 0-0.2).
     min_score: calibrated selection gate on the best draft's combined score
-    (``localrag.specrag.combined_score``); below it the answer is "not in the documents".
+    (``localrag.grounded.pipeline.combined_score``); below it the answer is "not in the documents".
     Calibrated with the bundled pair on a held-out sample (`bench qa --suite squad --n 100 --seed 1
     --limit 30`): the tiny verifier does not separate answerable from unanswerable questions (best
     free drafts: answerable -7.9 to -4.3, unanswerable -6.4 to -4.4; extractive drafts: -9.1 to
@@ -110,13 +115,14 @@ class SpecRagConfig:
     documents" then comes mostly from the retrieval gate (min_relevance).
     cluster: False = the no-clustering ablation (m random k-subsets of the n chunks).
     use_verifier: False = the drafter-only ablation (best by draft score alone).
-    extractive: rationale and answer are copied spans of the subset's chunks (``localrag.specdraft``);
+    extractive: rationale and answer are copied spans of the subset's chunks (``localrag.grounded.drafting``);
     off by default: on the held-out sample above the bundled drafter's free drafts reached F1 12.3
     against 3.7 for copied spans (standard RAG: 10.3).
     drafter_example: (document, question, rationale, answer), shown to the drafter as one worked
     turn before the real question; None = instructions only.
     """
 
+    verifier: str = "gemma3-270m"  # registry name or path of the verifier model (any vocabulary)
     n: int = 10
     k: int = 2
     m: int = 5
@@ -141,13 +147,13 @@ class SpecRagConfig:
     )
     reflection_question: str = "Do you think the rationale supports the answer, yes or no?"
 
-    def with_(self, **changes) -> SpecRagConfig:
+    def with_(self, **changes) -> GroundedConfig:
         return replace(self, **changes)
 
 
 @dataclass(frozen=True)
-class SpecConfig:
-    """RASD speedup mode (localrag.spec): tree sizes, retrieval and draft settings.
+class RasdConfig:
+    """RASD speedup mode (localrag.rasd): tree sizes, retrieval and draft settings.
 
     max_nodes caps the drafted nodes per step (the cost curve picks the size
     below it); max_depth caps a path. The node budget itself is never a fixed

@@ -11,26 +11,10 @@ UI-free. The CLI, the Gradio app and the benchmarks all talk to this:
 from __future__ import annotations
 
 from localrag.backends.base import Backend
+from localrag.backends.loader import load_backend
 from localrag.config import GenerationConfig, ModelConfig
-from localrag.generation import Decoder, Generation, plain_decoder
-from localrag.models import ModelError, resolve
+from localrag.generation import Decoder, Generation, PlainDecoder
 from localrag.prompts import ChatPrompt, Message
-
-
-def load_backend(config: ModelConfig) -> Backend:
-    """Load `config.model` with the backend its format needs."""
-    if config.backend not in ("llamacpp", "hf"):
-        raise ModelError(f"unknown backend {config.backend!r}; use 'llamacpp' or 'hf'")
-    spec = resolve(config.model)
-    if spec.format == "gguf" and config.backend == "llamacpp":
-        from localrag.backends.llamacpp import LlamaCppBackend
-
-        return LlamaCppBackend(config, spec)
-    try:
-        from localrag.backends.hf import HFBackend
-    except ModuleNotFoundError as exc:
-        raise ModelError(f"{spec.path}: transformers models need the transformers backend, which is not available") from exc
-    return HFBackend(config, spec)
 
 
 class Engine:
@@ -51,30 +35,28 @@ class Engine:
     def encode_prompt(self, text: str) -> list[int]:
         """Tokenize a rendered prompt; BOS is added unless the text already carries it."""
         has_bos_text = bool(self.prompt.bos_token) and text.startswith(self.prompt.bos_token)
-        add_bos = getattr(self.backend, "add_bos", True) and not has_bos_text
+        add_bos = self.backend.add_bos and not has_bos_text
         return self.backend.tokenize(text, add_special=add_bos, parse_special=True)
 
     def complete(
         self,
         text: str,
         config: GenerationConfig,
-        decoder: Decoder = plain_decoder,
-        decoder_stats: dict | None = None,
+        decoder: Decoder | None = None,
     ) -> Generation:
-        """Raw completion of `text` (no chat template)."""
-        return Generation(self.backend, self.encode_prompt(text), decoder, config, decoder_stats)
+        """Raw completion of `text` (no chat template); plain decoding unless a decoder is given."""
+        return Generation(self.backend, self.encode_prompt(text), decoder or PlainDecoder(), config)
 
     def chat(
         self,
         messages: list[Message],
         config: GenerationConfig,
-        decoder: Decoder = plain_decoder,
-        decoder_stats: dict | None = None,
+        decoder: Decoder | None = None,
     ) -> Generation:
         """Reply to a conversation using the model's chat template (or a transcript)."""
         text = self.prompt.render(messages)
         config = config.with_(stop=tuple(config.stop) + self.prompt.stop)
-        return Generation(self.backend, self.encode_prompt(text), decoder, config, decoder_stats)
+        return Generation(self.backend, self.encode_prompt(text), decoder or PlainDecoder(), config)
 
     def close(self) -> None:
         self.backend.close()

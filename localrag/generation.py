@@ -6,7 +6,7 @@ yields the accepted path plus the bonus token). ``Generation`` wraps any
 decoder and turns it into streamed text: UTF-8 safe across token boundaries,
 stop strings, EOG tokens, the token limit, and stats.
 
-    gen = Generation(backend, prompt_ids, plain_decoder, GenerationConfig(max_tokens=32))
+    gen = Generation(backend, prompt_ids, PlainDecoder(), GenerationConfig(max_tokens=32))
     for piece in gen:
         print(piece, end="")
     print(gen.stats.decode_tps)
@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import codecs
 import time
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterator, Sequence
+from typing import Protocol
 
 import numpy as np
 
 from localrag.backends.base import Backend
 from localrag.config import GenerationConfig
+from localrag.results import GenerationStats, RasdStats
 
 
 class Sampler:
@@ -69,53 +70,38 @@ class Sampler:
         return int(ids[self.rng.choice(len(ids), p=probs)])
 
 
-# A decoder: (backend, context token ids, logits after the context, sampler) -> accepted token lists.
-# A decoder may also have a ``prefill(context)`` method: its own prompt work (a draft model's
-# prefill), run and timed with the target's prefill rather than the decode; and a
-# ``set_limit(n)`` method: the most tokens the answer can still take before its next step (so a
-# speculative decoder drafts no further than the answer can go).
-Decoder = Callable[[Backend, list[int], np.ndarray, Sampler], Iterator[list[int]]]
+class Decoder(Protocol):
+    """A decoding strategy: turns the target's logits into accepted token lists, one list per
+    target forward (plain decoding: one token; speculative decoding: the accepted path plus the
+    bonus token). Subclass it: ``prefill`` and ``set_limit`` are no-ops unless overridden, and
+    ``stats`` is None unless the decoder keeps its own (RASD's ``RasdStats``)."""
+
+    stats: RasdStats | None = None
+
+    def prefill(self, context: list[int]) -> None:
+        """The decoder's own prompt work (a draft model's prefill), run and timed with the target's
+        prefill rather than the decode."""
+
+    def set_limit(self, n_tokens: int) -> None:
+        """The answer can take at most ``n_tokens`` more tokens (so a speculative decoder drafts no
+        further than the answer can go)."""
+
+    def steps(self, backend: Backend, context: list[int], logits: np.ndarray,
+              sampler: Sampler) -> Iterator[list[int]]:
+        """Accepted token lists, one per target forward; ``logits`` are the target's after ``context``."""
+        ...
 
 
-def plain_decoder(backend: Backend, context: list[int], logits: np.ndarray, sampler: Sampler) -> Iterator[list[int]]:
-    """One target forward pass per token. The last token is never decoded needlessly:
-    the generator only runs the next forward pass when asked for the next token."""
-    while True:
-        token = sampler.pick(logits)
-        yield [token]
-        logits = backend.decode_one(token)
+class PlainDecoder(Decoder):
+    """One target forward pass per token. The last token is never decoded needlessly: the
+    generator only runs the next forward pass when asked for the next token."""
 
-
-@dataclass
-class GenerationStats:
-    """What one answer cost. Speculative decoders add their own fields to `extra`."""
-
-    prompt_tokens: int = 0
-    reused_prompt_tokens: int = 0
-    generated_tokens: int = 0
-    steps: int = 0
-    prefill_seconds: float = 0.0
-    decode_seconds: float = 0.0
-    stop_reason: str = ""
-    extra: dict = field(default_factory=dict)
-
-    @property
-    def prefill_tps(self) -> float:
-        n = self.prompt_tokens - self.reused_prompt_tokens
-        return n / self.prefill_seconds if self.prefill_seconds > 0 else 0.0
-
-    @property
-    def decode_tps(self) -> float:
-        return self.generated_tokens / self.decode_seconds if self.decode_seconds > 0 else 0.0
-
-    @property
-    def tokens_per_step(self) -> float:
-        return self.generated_tokens / self.steps if self.steps else 0.0
-
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d.update(prefill_tps=self.prefill_tps, decode_tps=self.decode_tps, tokens_per_step=self.tokens_per_step)
-        return d
+    def steps(self, backend: Backend, context: list[int], logits: np.ndarray,
+              sampler: Sampler) -> Iterator[list[int]]:
+        while True:
+            token = sampler.pick(logits)
+            yield [token]
+            logits = backend.decode_one(token)
 
 
 class TextAssembler:
@@ -167,7 +153,6 @@ class Generation:
         prompt_tokens: list[int],
         decoder: Decoder,
         config: GenerationConfig,
-        decoder_stats: dict | None = None,
     ):
         self.backend = backend
         self.prompt_tokens = list(prompt_tokens)
@@ -175,7 +160,6 @@ class Generation:
         self.config = config
         self.tokens: list[int] = []
         self.stats = GenerationStats(prompt_tokens=len(prompt_tokens))
-        self._decoder_stats = decoder_stats  # filled by the decoder while it runs
         self._assembler = TextAssembler(config.stop)
 
     @property
@@ -186,15 +170,11 @@ class Generation:
         be, cfg, stats = self.backend, self.config, self.stats
         t0 = time.perf_counter()
         logits = backend_sync(be, self.prompt_tokens, stats)
-        decoder_prefill = getattr(self.decoder, "prefill", None)
-        if decoder_prefill is not None:
-            decoder_prefill(self.prompt_tokens)
+        self.decoder.prefill(self.prompt_tokens)
         t1 = time.perf_counter()
         stats.prefill_seconds = t1 - t0
-        set_limit = getattr(self.decoder, "set_limit", None)
-        if set_limit is not None:
-            set_limit(cfg.max_tokens)
-        steps = self.decoder(be, self.prompt_tokens, logits, Sampler(cfg))
+        self.decoder.set_limit(cfg.max_tokens)
+        steps = self.decoder.steps(be, self.prompt_tokens, logits, Sampler(cfg))
         stats.stop_reason = "length"
         try:
             for accepted in steps:
@@ -215,13 +195,11 @@ class Generation:
                         break
                 if stats.stop_reason != "length" or len(self.tokens) >= cfg.max_tokens:
                     break
-                if set_limit is not None:
-                    set_limit(cfg.max_tokens - len(self.tokens))
+                self.decoder.set_limit(cfg.max_tokens - len(self.tokens))
         finally:
             steps.close()
             stats.decode_seconds = time.perf_counter() - t1
-            if self._decoder_stats is not None:
-                stats.extra.update(self._decoder_stats)
+            stats.decoder = self.decoder.stats
         tail = self._assembler.finish()
         if tail:
             yield tail

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
+from localrag.backends.base import Backend
+
 Message = dict[str, str]
 
 # Base models (no template) continue a transcript; stop before they write the user's next turn.
@@ -27,8 +29,8 @@ class ChatPrompt:
     eos_token: str = ""
 
     @classmethod
-    def from_backend(cls, backend) -> ChatPrompt:
-        template = backend.chat_template() if hasattr(backend, "chat_template") else None
+    def from_backend(cls, backend: Backend) -> ChatPrompt:
+        template = backend.chat_template()
         bos = eos = ""
         if template:
             bos = _token_text(backend, "tokenizer.ggml.bos_token_id")
@@ -66,7 +68,7 @@ def render_transcript(messages: list[Message]) -> str:
     return "\n".join(lines)
 
 
-def _token_text(backend, key: str) -> str:
+def _token_text(backend: Backend, key: str) -> str:
     value = backend.meta(key)
     if value is None or not value.lstrip("-").isdigit():
         return ""

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from localrag.config import GenerationConfig, ModelConfig
-from localrag.generation import Generation, Sampler
+from localrag.generation import Decoder, Generation, Sampler
 
 pytestmark = pytest.mark.slow
 
@@ -39,7 +39,7 @@ def test_greedy_matches_llama_cpp_python(smollm2_engine):
     from llama_cpp import Llama
 
     be = smollm2_engine.backend
-    ref = Llama(str(be.spec.path), n_ctx=4096, n_batch=512, n_threads=be.config.n_threads or None, verbose=False,
+    ref = Llama(str(be.model_spec.path), n_ctx=4096, n_batch=512, n_threads=be.config.n_threads or None, verbose=False,
                 flash_attn=False)
     try:
         from localrag.backends.llamacpp import LlamaCppBackend
@@ -69,15 +69,16 @@ def test_stop_strings_are_honoured(smollm2_engine):
     assert full.startswith(cut.text)
 
 
-def forced_decoder(tokens):
+class ForcedDecoder(Decoder):
     """Replays fixed tokens through the real streaming path (teacher forcing)."""
 
-    def decoder(backend, context, logits, sampler):
-        for t in tokens:
+    def __init__(self, tokens: list[int]):
+        self.tokens = tokens
+
+    def steps(self, backend, context, logits, sampler):
+        for t in self.tokens:
             yield [t]
             backend.decode_one(t)
-
-    return decoder
 
 
 def test_streamed_multibyte_text_reassembles_exactly(smollm2):
@@ -85,7 +86,7 @@ def test_streamed_multibyte_text_reassembles_exactly(smollm2):
     tokens = smollm2.tokenize(text)
     pieces = [smollm2.token_bytes(t) for t in tokens]
     assert any(_incomplete_utf8(p) for p in pieces), "want at least one token that splits a character"
-    gen = Generation(smollm2, smollm2.tokenize("Say:"), forced_decoder(tokens), GenerationConfig(max_tokens=500))
+    gen = Generation(smollm2, smollm2.tokenize("Say:"), ForcedDecoder(tokens), GenerationConfig(max_tokens=500))
     streamed = list(gen)
     assert "".join(streamed) == text
     assert all("\ufffd" not in s for s in streamed)

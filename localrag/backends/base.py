@@ -21,8 +21,12 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
 
 import numpy as np
+
+from localrag.config import ModelConfig
+from localrag.models import ModelSpec
 
 
 class Backend(ABC):
@@ -32,6 +36,20 @@ class Backend(ABC):
     n_vocab: int
     n_ctx: int
     tokens: list[int]  # the committed context, in KV order
+    config: ModelConfig  # how it was loaded
+    model_spec: ModelSpec | None  # the resolved model file/folder (None: wrapped in-process, tests)
+    n_batch: int = 512  # most tokens one forward may hold (a verified tree included)
+    max_leaves: int = 1 << 30  # most leaves a verified tree may have (llama.cpp: its KV sequences)
+
+    @property
+    def add_bos(self) -> bool:
+        """Whether ``tokenize(add_special=True)`` puts BOS in front."""
+        return True
+
+    @property
+    def device_label(self) -> str:
+        """Where the model runs, for cost caches and messages ("cpu", "cuda:0", "gpu layers 99")."""
+        return "cpu"
 
     @property
     def n_past(self) -> int:
@@ -43,8 +61,9 @@ class Backend(ABC):
         """Text -> token ids. add_special adds BOS where the model wants one."""
 
     @abstractmethod
-    def token_bytes(self, token: int) -> bytes:
-        """Raw bytes of one token's piece (may be a partial UTF-8 character)."""
+    def token_bytes(self, token: int, special: bool = False) -> bytes:
+        """Raw bytes of one token's piece (may be a partial UTF-8 character); special: render
+        control tokens (BOS, EOS, ...) as their text instead of nothing."""
 
     @abstractmethod
     def is_eog(self, token: int) -> bool:
@@ -52,6 +71,14 @@ class Backend(ABC):
 
     def detokenize(self, tokens: Sequence[int]) -> str:
         return b"".join(self.token_bytes(t) for t in tokens).decode("utf-8", errors="replace")
+
+    def chat_template(self) -> str | None:
+        """The model's own chat template (Jinja), if it ships one."""
+        return None
+
+    def meta(self, key: str) -> str | None:
+        """A metadata value of the model file (GGUF keys, e.g. ``tokenizer.ggml.bos_token_id``)."""
+        return None
 
     def vocab_pieces(self) -> list[bytes]:
         """Every token's bytes, in id order; used to check draft/target vocabulary identity."""
@@ -90,3 +117,29 @@ class Backend(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Free native resources (optional)."""
+
+
+@runtime_checkable
+class BatchBackend(Protocol):
+    """A backend that decodes several independent KV sequences in one forward pass (llama.cpp).
+    Grounded mode drafts all its answers concurrently this way."""
+
+    n_batch: int
+
+    @property
+    def add_bos(self) -> bool: ...
+
+    def decode_batch(self, tokens: Sequence[int], positions: Sequence[int], seq_ids: Sequence[int],
+                     outputs: Sequence[bool]) -> np.ndarray:
+        """Decode (token, position, sequence) entries in one forward; (n_wanted, V) logits rows."""
+
+    def seq_cp(self, src: int, dst: int, p0: int = -1, p1: int = -1) -> None:
+        """Share the KV cells of sequence ``src`` in positions [p0, p1) with sequence ``dst``."""
+
+    def reset(self) -> None: ...
+
+    def tokenize(self, text: str, add_special: bool = False, parse_special: bool = True) -> list[int]: ...
+
+    def token_bytes(self, token: int, special: bool = False) -> bytes: ...
+
+    def is_eog(self, token: int) -> bool: ...

@@ -45,7 +45,7 @@ import torch
 
 from localrag.backends import hf_compat
 from localrag.backends.base import Backend
-from localrag.config import ModelConfig
+from localrag.config import ModelConfig, default_cache_dir
 from localrag.models import ModelError, ModelSpec, resolve
 
 # End-of-generation token names across common chat templates (besides the tokenizer's eos).
@@ -105,7 +105,7 @@ def gguf_cache_folder(gguf: Path) -> Path:
     """Where the transformers conversion of one GGUF file is kept (keyed by path, size, mtime)."""
     st = gguf.stat()
     key = hashlib.sha1(f"{gguf.resolve()}:{st.st_size}:{int(st.st_mtime)}".encode()).hexdigest()[:12]
-    root = Path(os.environ.get("LOCALRAG_CACHE_DIR", Path.home() / ".cache" / "localrag"))
+    root = default_cache_dir()
     return root / "hf-gguf" / f"{gguf.stem}-{key}"
 
 
@@ -241,7 +241,7 @@ class HFBackend(Backend):
         self.load_seconds = time.perf_counter() - t0
         self._setup(model, tokenizer, name=spec.name, n_ctx=config.n_ctx)
         self.config = config
-        self.spec = spec
+        self.model_spec = spec
 
     @classmethod
     def from_model(cls, model, tokenizer=None, name: str = "model", n_ctx: int = 4096) -> HFBackend:
@@ -249,7 +249,7 @@ class HFBackend(Backend):
         self = cls.__new__(cls)
         self._setup(model.eval(), tokenizer, name=name, n_ctx=n_ctx)
         self.config = ModelConfig(model=name, n_ctx=n_ctx, backend="hf")
-        self.spec = None
+        self.model_spec = None
         self.load_seconds = 0.0
         return self
 
@@ -320,6 +320,10 @@ class HFBackend(Backend):
             return False
         ids = tok("a", add_special_tokens=True)["input_ids"]
         return bool(ids) and ids[0] == tok.bos_token_id
+
+    @property
+    def device_label(self) -> str:
+        return str(self.device)
 
     def chat_template(self) -> str | None:
         return getattr(self.tokenizer, "chat_template", None) or None

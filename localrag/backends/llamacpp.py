@@ -4,7 +4,7 @@ We create the context ourselves (the high-level ``Llama`` class cannot
 verify a token tree): ``n_seq_max`` KV sequences in one *unified* KV cache, so
 one ``llama_decode`` can hold a whole tree, one sequence per leaf.
 
-Tree layout (DESIGN.md §3): number the leaves 0..L-1; node i goes in the batch
+Tree layout (docs/design.md, "Backends"): number the leaves 0..L-1; node i goes in the batch
 with ``pos = n_past + depth(i)`` and ``seq_id = {leaves below i}``. Sequence 0
 is the committed context, copied (by reference, it is a unified cache) to
 sequences 1..L-1 before the decode. Committing a path that ends above leaf s:
@@ -31,13 +31,14 @@ from localrag.backends.base import Backend
 from localrag.config import ModelConfig
 from localrag.models import ModelError, ModelSpec, resolve
 
+_LOG_SINK: list = []  # the installed log callback: a reference must live as long as C holds the pointer
+
 
 def _silence_llama_log() -> None:
     """Route llama.cpp's C logging to nowhere (it is very chatty on stderr)."""
-    if getattr(_silence_llama_log, "callback", None) is None:
-        cb = lc.llama_log_callback(lambda level, text, user_data: None)
-        _silence_llama_log.callback = cb  # keep a reference: C holds the pointer
-        lc.llama_log_set(cb, ctypes.c_void_p(0))
+    if not _LOG_SINK:
+        _LOG_SINK.append(lc.llama_log_callback(lambda level, text, user_data: None))
+        lc.llama_log_set(_LOG_SINK[0], ctypes.c_void_p(0))
 
 
 def default_threads() -> int:
@@ -48,6 +49,7 @@ class LlamaCppBackend(Backend):
     """A GGUF model in llama.cpp with a tree-capable, unified KV cache."""
 
     def __init__(self, config: ModelConfig, spec: ModelSpec | None = None, verbose: bool = False):
+        self._ctx = None  # set once the context exists; close() frees only what was made
         spec = spec or resolve(config.model)
         if spec.format != "gguf":
             raise ModelError(f"{spec.path}: the llama.cpp backend needs a .gguf file, got a {spec.format} model folder")
@@ -55,20 +57,21 @@ class LlamaCppBackend(Backend):
             _silence_llama_log()
         lc.llama_backend_init()
         self.config = config
-        self.spec = spec
+        self.model_spec = spec
         self.name = spec.name
 
         mparams = lc.llama_model_default_params()
         offload = lc.llama_supports_gpu_offload()
         mparams.n_gpu_layers = (999 if config.n_gpu_layers < 0 else config.n_gpu_layers) if offload else 0
         self.gpu_layers = mparams.n_gpu_layers
+        self.n_threads = config.n_threads or default_threads()
         self._model = lc.llama_model_load_from_file(str(spec.path).encode(), mparams)
         if not self._model:
             raise ModelError(f"{spec.path}: llama.cpp could not load this model (unsupported architecture or corrupt tensors)")
         self._vocab = lc.llama_model_get_vocab(self._model)
         self.n_vocab = lc.llama_vocab_n_tokens(self._vocab)
 
-        threads = config.n_threads or default_threads()
+        threads = self.n_threads
         cparams = lc.llama_context_default_params()
         cparams.n_ctx = config.n_ctx
         cparams.n_batch = config.n_batch
@@ -130,6 +133,10 @@ class LlamaCppBackend(Backend):
     @property
     def add_bos(self) -> bool:
         return bool(lc.llama_vocab_get_add_bos(self._vocab))
+
+    @property
+    def device_label(self) -> str:
+        return f"gpu layers {self.gpu_layers}" if self.gpu_layers else "cpu"
 
     def chat_template(self) -> str | None:
         tmpl = lc.llama_model_chat_template(self._model, None)
@@ -277,7 +284,7 @@ class LlamaCppBackend(Backend):
         return self._logits_view(n_out) if n_out else np.zeros((0, self.n_vocab), dtype=np.float32)
 
     def close(self) -> None:
-        if getattr(self, "_ctx", None):
+        if self._ctx:
             lc.llama_batch_free(self._batch)
             lc.llama_free(self._ctx)
             lc.llama_model_free(self._model)

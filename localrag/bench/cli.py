@@ -2,25 +2,13 @@
 
 from __future__ import annotations
 
-import importlib
+from localrag.bench import ingest, plain, qa, retrieval, speed
 
-BENCH_MODULES = (
-    "localrag.bench.plain",
-    "localrag.bench.ingest",
-    "localrag.bench.retrieval",
-    "localrag.bench.speed",
-    "localrag.bench.qa",
-)
+BENCH_MODULES = (plain, ingest, retrieval, speed, qa)
 
 
 def add_cli(subparsers) -> None:
     bench = subparsers.add_parser("bench", help="run a benchmark and print ratios")
     bench_sub = bench.add_subparsers(dest="bench", required=True)
-    for name in BENCH_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name != name:
-                raise
-            continue
+    for module in BENCH_MODULES:
         module.add_bench_cli(bench_sub)

@@ -12,7 +12,11 @@ import json
 import statistics
 import time
 
+from llama_cpp import Llama
+
+from localrag.backends.llamacpp import LlamaCppBackend, default_threads
 from localrag.config import GenerationConfig, ModelConfig
+from localrag.engine import Engine
 
 QUESTION = "Write a long story about a lighthouse keeper who finds a message in a bottle."
 
@@ -42,15 +46,10 @@ def _time_llama(llm, prompt_tokens: list[int], n: int) -> tuple[float, list[int]
 
 
 def run(args) -> int:
-    from llama_cpp import Llama
-
-    from localrag.backends.llamacpp import LlamaCppBackend, default_threads
-    from localrag.engine import Engine
-
     threads = args.threads or default_threads()
     cfg = ModelConfig(model=args.model, n_ctx=2048, n_threads=threads, flash_attn=False)
     engine = Engine(LlamaCppBackend(cfg))
-    ref = Llama(str(engine.backend.spec.path), n_ctx=2048, n_batch=cfg.n_batch, n_threads=threads,
+    ref = Llama(str(engine.backend.model_spec.path), n_ctx=2048, n_batch=cfg.n_batch, n_threads=threads,
                 n_threads_batch=threads, flash_attn=False, n_gpu_layers=engine.backend.gpu_layers, verbose=False)
     prompt_text = engine.prompt.render([{"role": "user", "content": QUESTION}])
     prompt_tokens = engine.encode_prompt(prompt_text)

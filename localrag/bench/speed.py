@@ -26,28 +26,33 @@ Per suite it reports:
   * the oracle bound (speedup if every drafted path were accepted, at the measured verify
     costs) and the time split (retrieve / draft / verify / plain steps).
 
-Transformers backend: ``--backend hf`` imports ``localrag.bench.speed_hf`` (written with the
-transformers backend) and uses two hooks from it when present:
-  ``speed_hf.load_target(args) -> Engine``            the target engine for --model
-  ``speed_hf.extra_methods(args) -> dict[str, fn]``   extra methods, each
-      ``fn(engine, ids: list[int], cfg: GenerationConfig, docs: list[str]) -> dict`` returning
-      {"tokens": list[int], "decode_s": float, "stats": dict}
+Transformers backend: ``--backend hf`` loads the target through ``localrag.bench.speed_hf``
+(``load_target``) and adds its methods (``extra_methods``: hf-plain, hf-pld, hf-assisted), each
+``fn(engine, ids: list[int], cfg: GenerationConfig, docs: list[str]) -> dict`` returning
+{"tokens": list[int], "decode_s": float, "stats": dict}.
 """
 
 from __future__ import annotations
 
-import importlib
 import json
 import statistics
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import replace
 
 import numpy as np
+from llama_cpp import Llama
+from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
+from localrag.backends.base import Backend
 from localrag.bench.speed_data import SUITES, load_prompts_file, load_suite
-from localrag.config import GenerationConfig, ModelConfig, SpecConfig
-from localrag.generation import Generation, plain_decoder
+from localrag.config import GenerationConfig, ModelConfig, RasdConfig
+from localrag.engine import Engine
+from localrag.generation import Decoder, Generation, PlainDecoder, Sampler
+from localrag.models import ModelError
+from localrag.rasd import RasdDecoder, load_draft
+from localrag.rasd.budget import CostModel
 
 METHODS = ("plain", "pld", "retrieval", "draft", "rasd")
 
@@ -59,6 +64,8 @@ def add_bench_cli(sub) -> None:
     p.add_argument("--model", default="smollm2-135m-instruct")
     p.add_argument("--draft", default=None, help="draft model (same vocabulary) for the draft/rasd methods")
     p.add_argument("--backend", choices=("llamacpp", "hf"), default="llamacpp")
+    p.add_argument("--device", default=None, help="hf: cuda, mps or cpu (default: LOCALRAG_HF_DEVICE or the first)")
+    p.add_argument("--dtype", default=None, help="hf: float32, bf16 or fp16 (default: LOCALRAG_HF_DTYPE or by device)")
     p.add_argument("--n", type=int, default=4, help="prompts per suite")
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--methods", default="plain,pld,retrieval,rasd", help=f"comma list of {','.join(METHODS)}")
@@ -66,47 +73,49 @@ def add_bench_cli(sub) -> None:
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--ctx", type=int, default=4096)
     p.add_argument("--recalibrate", action="store_true", help="measure the verify-cost curve T(k) again")
-    p.add_argument("--max-depth", type=int, default=None, help="longest drafted path (SpecConfig.max_depth)")
-    p.add_argument("--draft-nodes", type=int, default=None, help="draft tree/chain size (SpecConfig.draft_nodes)")
+    p.add_argument("--max-depth", type=int, default=None, help="longest drafted path (RasdConfig.max_depth)")
+    p.add_argument("--draft-nodes", type=int, default=None, help="draft tree/chain size (RasdConfig.draft_nodes)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_speed)
 
 
 # --- methods ----------------------------------------------------------------------
-def _margin_plain(record: dict, keep_logits: int):
-    """plain_decoder that records plain's top-2 margin at every token (and the first logits)."""
+class MarginRecorder(Decoder):
+    """Plain decoding that records plain's top-2 margin at every token (and the first logits)."""
 
-    def decoder(backend, context, logits, sampler):
+    def __init__(self, record: dict, keep_logits: int):
+        self.record = record
+        self.keep_logits = keep_logits
+
+    def steps(self, backend: Backend, context: list[int], logits: np.ndarray,
+              sampler: Sampler) -> Iterator[list[int]]:
+        record = self.record
         while True:
             top = np.argpartition(-logits, 2)[:2]
             a, b = (top[0], top[1]) if logits[top[0]] >= logits[top[1]] else (top[1], top[0])
             record["margins"].append(float(logits[a] - logits[b]))
             record["top2"].append((int(a), int(b)))
-            if len(record["logits"]) < keep_logits:
+            if len(record["logits"]) < self.keep_logits:
                 record["logits"].append(np.array(logits, dtype=np.float32))
             token = sampler.pick(logits)
             yield [token]
             logits = backend.decode_one(token)
 
-    return decoder
 
-
-def run_generation(engine, ids, cfg, decoder, stats=None) -> dict:
+def run_generation(engine: Engine, ids: list[int], cfg: GenerationConfig, decoder: Decoder) -> dict:
     """One timed generation from an empty cache: every method and round prefills the whole prompt
     the same way, so all start from the same logits (reusing the previous run's KV would evaluate
     the last prompt token alone, and its slightly different logits can flip a near-tie)."""
     engine.backend.reset()
-    gen = Generation(engine.backend, ids, decoder, cfg, stats).run()
-    return {"tokens": list(gen.tokens), "decode_s": gen.stats.decode_seconds, "stats": dict(gen.stats.extra)}
+    gen = Generation(engine.backend, ids, decoder, cfg).run()
+    decoder_stats = gen.stats.decoder.to_dict() if gen.stats.decoder is not None else {}
+    return {"tokens": list(gen.tokens), "decode_s": gen.stats.decode_seconds, "stats": decoder_stats}
 
 
 class PldRunner:
     """llama-cpp-python's high-level Llama with LlamaPromptLookupDecoding, timed vs itself without it."""
 
     def __init__(self, model_path: str, n_ctx: int, threads: int | None):
-        from llama_cpp import Llama
-        from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
-
         self.draft = LlamaPromptLookupDecoding(num_pred_tokens=10)
         kw = {"n_threads": threads} if threads else {}
         # logits_all=True: Llama sizes its scores buffer from the logits_all *argument* even though a
@@ -160,24 +169,20 @@ def verify_noise(plain_record: dict, spec_rows: list[np.ndarray], spec_tokens: l
 
 
 # --- the benchmark -------------------------------------------------------------------
-def _load_target(args):
+def _load_target(args) -> Engine:
     if args.backend == "hf":
-        hf = importlib.import_module("localrag.bench.speed_hf")
-        if hasattr(hf, "load_target"):
-            return hf.load_target(args)
-    from localrag.engine import Engine
+        from localrag.bench import speed_hf  # lazy: imports torch (seconds), only for --backend hf
 
+        return speed_hf.load_target(args)
     return Engine.load(ModelConfig(model=args.model, n_ctx=args.ctx, n_threads=args.threads))
 
 
 def _extra_methods(args) -> dict:
     if args.backend != "hf":
         return {}
-    try:
-        hf = importlib.import_module("localrag.bench.speed_hf")
-    except ModuleNotFoundError:
-        return {}
-    return hf.extra_methods(args) if hasattr(hf, "extra_methods") else {}
+    from localrag.bench import speed_hf  # lazy: see _load_target
+
+    return speed_hf.extra_methods(args)
 
 
 def _encode(engine, p: dict, max_new: int) -> tuple[list[int], GenerationConfig]:
@@ -207,7 +212,7 @@ def run_suite(
         rec = {"margins": [], "top2": [], "logits": []}
         runs: dict[str, list[dict]] = {}
         for rnd in range(repeats):
-            plain = run_generation(engine, ids, cfg, _margin_plain(rec, max_new) if rnd == 0 else plain_decoder)
+            plain = run_generation(engine, ids, cfg, MarginRecorder(rec, max_new) if rnd == 0 else PlainDecoder())
             runs.setdefault("plain", []).append(plain)
             if rnd == 0:
                 rec["tokens"] = plain["tokens"]
@@ -220,10 +225,10 @@ def run_suite(
                 elif m in extra:
                     r = extra[m](engine, ids, cfg, p.get("docs", []))
                 else:
-                    dec, stats = decoders[m]
+                    dec = decoders[m]
                     dec.set_documents(p.get("docs", []))
                     dec.record_logits = [] if rnd == 0 else None
-                    r = run_generation(engine, ids, cfg, dec, stats)
+                    r = run_generation(engine, ids, cfg, dec)
                     if rnd == 0:
                         nb = verify_noise(rec, dec.record_logits, r["tokens"])
                         noise = {k: max(noise[k], nb[k]) for k in noise}
@@ -340,8 +345,6 @@ def summarise(result: dict, methods: list[str]) -> dict:
 
 
 def cmd_speed(args) -> int:
-    from localrag.models import ModelError
-
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     extra = _extra_methods(args)
     bad = [m for m in methods if m not in METHODS and m not in extra]
@@ -351,9 +354,6 @@ def cmd_speed(args) -> int:
     if "draft" in methods and not args.draft:
         print("error: method 'draft' needs --draft", file=sys.stderr)
         return 2
-    from localrag.spec import load_draft, make_rasd_decoder
-    from localrag.spec.budget import CostModel
-
     try:
         engine = _load_target(args)
         draft = load_draft(engine.backend, args.draft) if args.draft else None
@@ -361,21 +361,19 @@ def cmd_speed(args) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     knobs = {"max_depth": args.max_depth, "draft_nodes": args.draft_nodes}
-    spec = SpecConfig(**{k: v for k, v in knobs.items() if v is not None})
-    max_k = min(spec.max_nodes, getattr(engine.backend, "max_leaves", 64)) + 1
+    config = RasdConfig(**{k: v for k, v in knobs.items() if v is not None})
+    max_k = min(config.max_nodes, engine.backend.max_leaves) + 1
     cost = CostModel.load_or_measure(engine.backend, max_k, refresh=args.recalibrate)
-    decoders = {}
+    decoders: dict[str, RasdDecoder] = {}
     if "retrieval" in methods:
-        decoders["retrieval"] = make_rasd_decoder(engine.backend, spec, None, cost=cost)
+        decoders["retrieval"] = RasdDecoder(engine.backend, config, None, cost=cost)
     if "draft" in methods:
-        decoders["draft"] = make_rasd_decoder(
-            engine.backend, replace(spec, use_retrieval=False), draft, cost=cost
-        )
+        decoders["draft"] = RasdDecoder(engine.backend, replace(config, use_retrieval=False), draft, cost=cost)
     if "rasd" in methods:
-        decoders["rasd"] = make_rasd_decoder(engine.backend, spec, draft, cost=cost)
+        decoders["rasd"] = RasdDecoder(engine.backend, config, draft, cost=cost)
     pld = None
     if "pld" in methods and args.backend == "llamacpp":
-        pld = PldRunner(str(engine.backend.spec.path), args.ctx, args.threads)
+        pld = PldRunner(str(engine.backend.model_spec.path), args.ctx, args.threads)
     suites = [args.prompts] if args.prompts else [s.strip() for s in args.suite.split(",")]
     report = {"model": engine.model_name, "draft": args.draft, "cost_curve_ms": cost.to_dict(), "suites": {}}
     for suite in suites:

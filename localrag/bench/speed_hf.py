@@ -1,6 +1,6 @@
 """``bench speed --backend hf``: the target in transformers, plus transformers' own decoding methods.
 
-Hooks read by localrag.bench.speed (see its docstring):
+Used by localrag.bench.speed:
 
     load_target(args) -> Engine     the --model loaded through transformers (a GGUF is dequantized)
     extra_methods(args) -> {name: fn(engine, ids, cfg, docs) -> {"tokens", "decode_s", "stats"}}
@@ -45,8 +45,8 @@ def load_target(args) -> Engine:
         backend="hf",
         n_ctx=args.ctx,
         n_threads=args.threads,
-        device=getattr(args, "device", None) or os.environ.get("LOCALRAG_HF_DEVICE"),
-        dtype=getattr(args, "dtype", None) or os.environ.get("LOCALRAG_HF_DTYPE"),
+        device=args.device or os.environ.get("LOCALRAG_HF_DEVICE"),
+        dtype=args.dtype or os.environ.get("LOCALRAG_HF_DTYPE"),
     )
     return Engine(HFBackend(config))
 
@@ -111,7 +111,7 @@ class AssistedMethod:
     def _load(self, engine: Engine):
         target: HFBackend = engine.backend
         spec = resolve(self.args.draft)
-        if target.spec is not None and spec.path.resolve() == target.spec.path.resolve():
+        if target.model_spec is not None and spec.path.resolve() == target.model_spec.path.resolve():
             return target.model  # the same file dequantized: identical weights, no second copy
         cfg = ModelConfig(model=self.args.draft, backend="hf", device=str(target.device), dtype=_dtype_name(target.dtype))
         return HFBackend(cfg, spec).model

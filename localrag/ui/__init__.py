@@ -5,17 +5,13 @@
 
 Submodules: ``services`` (models, indexes, modes), ``handlers`` (testable chat /
 document / settings logic), ``render`` (messages and Markdown), ``uploads``
-(safe staging), ``layout`` (the Gradio page), ``launch`` (arguments, startup).
+(safe staging), ``history`` (chats in SQLite), ``layout`` (the Gradio page), ``launch``
+(arguments, startup).
 Gradio is only imported by ``layout``, so handlers are testable without it.
 """
 
 from __future__ import annotations
 
-
-def main(argv: list[str] | None = None) -> int:
-    from localrag.ui.launch import main as _main
-
-    return _main(argv)
-
+from localrag.ui.launch import main
 
 __all__ = ["main"]

@@ -21,16 +21,13 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from localrag.history import Turn, make_title
-from localrag.ui.render import (
-    accepted_per_step,
-    chat_messages,
-    citation_dict,
-    display_path,
-    draft_dict,
-    llm_history,
-)
-from localrag.ui.services import MODE_LABELS, Services, Settings
+from localrag.models import ModelError, inspect_gguf, list_models, resolve
+from localrag.modes import AnswerRequest
+from localrag.rag.config import IndexConfig
+from localrag.results import AnswerResult
+from localrag.ui.history import Turn, make_title
+from localrag.ui.render import accepted_per_step, chat_messages, display_path, llm_history
+from localrag.ui.services import NO_DRAFT, Services, Settings
 from localrag.ui.uploads import UploadError, stage_uploads
 
 STREAM_EVERY_S = 0.05  # at most ~20 UI updates a second while streaming
@@ -90,7 +87,7 @@ class ChatController:
         yield view()
         ok, why = self.s.mode_status(settings.mode)
         if not ok:
-            turn.error = f"{MODE_LABELS.get(settings.mode, settings.mode)} is unavailable: {why}"
+            turn.error = f"{self.s.mode_label(settings.mode)} is unavailable: {why}"
             self.s.history.add_turn(chat_id, turn)
             yield view(False)
             return
@@ -106,9 +103,9 @@ class ChatController:
                 answerer, more = self.s.answerer(settings)
                 notes += more
                 last = 0.0
-                for item in answerer.stream(question, llm_history(previous), settings.mode,
-                                            settings.generation(), k=int(settings.k),
-                                            collection=settings.collection):
+                request = AnswerRequest(question, tuple(llm_history(previous)), settings.generation(),
+                                        k=int(settings.k), collection=settings.collection)
+                for item in self.s.modes[settings.mode].stream(answerer, request):
                     if isinstance(item, str):
                         turn.answer += item
                         if self.s.stop_event.is_set():
@@ -126,15 +123,12 @@ class ChatController:
         yield view(False)
 
     @staticmethod
-    def _finish(turn: Turn, result) -> None:
-        turn.answer = str(getattr(result, "text", "") or turn.answer).strip()
-        turn.citations = [citation_dict(c) for c in (getattr(result, "citations", None) or [])]
-        turn.drafts = [draft_dict(d) for d in (getattr(result, "drafts", None) or [])]
-        stats = dict(getattr(result, "stats", None) or {})
-        searched = getattr(result, "searched", "")
-        if searched:
-            stats.setdefault("searched", searched)
-        turn.stats = stats
+    def _finish(turn: Turn, result: AnswerResult) -> None:
+        turn.answer = (result.text or turn.answer).strip()
+        turn.citations = list(result.citations)
+        turn.drafts = list(result.drafts)
+        turn.stats = result.stats
+        turn.searched = result.searched
 
 
 @dataclass
@@ -172,8 +166,6 @@ class DocsController:
 
     def check_collection(self, name: str) -> str:
         """'' when usable, else why not (names are letters, digits, '-' and '_')."""
-        from localrag.rag.config import IndexConfig
-
         try:
             IndexConfig(index_dir=self.s.config.index_dir, collection=(name or "").strip())
         except ValueError as exc:
@@ -261,13 +253,13 @@ class SettingsController:
 
     def mode_note(self, mode: str, draft: str = "") -> str:
         lines = []
-        for key, label in MODE_LABELS.items():
+        for key, m in self.s.modes.items():
             ok, why = self.s.mode_status(key)
             mark = "✅" if ok else "⛔"
-            lines.append(f"- {mark} **{label}**" + ("" if ok else f" — unavailable: {why}"))
+            lines.append(f"- {mark} **{m.label}**" + ("" if ok else f" — unavailable: {why}"))
         ok, why = self.s.mode_status(mode)
-        head = (f"Mode **{MODE_LABELS.get(mode, mode)}** is ready." if ok
-                else f"⛔ **{MODE_LABELS.get(mode, mode)} is unavailable**: {why}")
+        label = self.s.mode_label(mode)
+        head = f"Mode **{label}** is ready." if ok else f"⛔ **{label} is unavailable**: {why}"
         if ok and mode == "rasd" and draft:
             note = self.draft_note(draft)
             if note:
@@ -276,8 +268,6 @@ class SettingsController:
 
     def models(self) -> tuple[list[str], list[str]]:
         """(usable model names, 'name: why' for unusable ones) from the registry."""
-        from localrag.models import ModelError, list_models
-
         usable, bad = [], []
         try:
             found = list_models()
@@ -291,15 +281,11 @@ class SettingsController:
         return usable, bad
 
     def _vocab(self, name: str) -> int | None:
-        from localrag.models import inspect_gguf, resolve
-
         spec = resolve(name)
         return inspect_gguf(spec.path).vocab_size if spec.format == "gguf" else None
 
     def draft_note(self, draft: str) -> str:
         """Why a draft model cannot serve the loaded target ('' when it can or none is chosen)."""
-        from localrag.ui.services import NO_DRAFT
-
         if not draft or draft == NO_DRAFT or self.s.engine is None:
             return ""
         try:

@@ -47,6 +47,9 @@ def _step(n: int, total: int, text: str) -> float:
 def main(argv: list[str] | None = None) -> int:
     cfg = parse_args(argv)
     t = _step(1, 4, f"loading model {cfg.model.model} …")
+    # Imported after the first progress line: the engine, Chroma and Gradio take ~6 s to import on
+    # a 2-core machine (python -X importtime -c "import localrag.ui.layout"), and the person who
+    # started the app should see at once that it is starting.
     from localrag.engine import Engine
     from localrag.ui.services import Services
 
@@ -71,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
 
     threading.Thread(target=warm, name="localrag-warm", daemon=True).start()
     _step(3, 4, "building the page …")
-    from localrag.ui.layout import CSS, THEME, build_app
+    from localrag.ui.layout import CSS, THEME, build_app  # Gradio: see the first import above
 
     demo = build_app(services)
     _step(4, 4, f"serving on http://{cfg.host}:{cfg.port}" + (" (+ public share link)" if cfg.share else ""))

@@ -22,7 +22,7 @@ from localrag.ui.handlers import (
     SettingsController,
     history_choices,
 )
-from localrag.ui.services import MODE_LABELS, NO_DRAFT, Services, Settings
+from localrag.ui.services import DEFAULT_COLLECTION, NO_DRAFT, Services, Settings
 
 CSS = """
 #chatbot { min-height: 520px; }
@@ -36,11 +36,12 @@ def build_app(services: Services) -> gr.Blocks:
     chat, docs, conf = ChatController(services), DocsController(services), SettingsController(services)
     usable, unusable = conf.models()
     model_choices = usable or [services.model_config.model]
+    default = Settings()
 
     def settings_of(mode, collection, draft, temperature, max_tokens, k) -> Settings:
-        return Settings(mode=mode or "plain", collection=(collection or "default").strip(),
+        return Settings(mode=mode or default.mode, collection=(collection or default.collection).strip(),
                         draft_model=draft or NO_DRAFT, temperature=float(temperature or 0),
-                        max_tokens=int(max_tokens or 256), k=int(k or 5))
+                        max_tokens=int(max_tokens or default.max_tokens), k=int(k or default.k))
 
     def plot_update(steps: list[int]):
         if not steps:
@@ -78,7 +79,7 @@ def build_app(services: Services) -> gr.Blocks:
                                   height=200, visible=False, elem_id="stats-plot")
             with gr.Column(scale=2):
                 with gr.Tab("📄 Documents"):
-                    collection = gr.Dropdown(choices=docs.collections(), value="default",
+                    collection = gr.Dropdown(choices=docs.collections(), value=default.collection,
                                              allow_custom_value=True, label="Collection", elem_id="collection",
                                              info="Type a new name to start a new collection.")
                     files = gr.File(file_count="multiple", label="Drop files here", elem_id="upload-files")
@@ -87,27 +88,29 @@ def build_app(services: Services) -> gr.Blocks:
                     ingest_table = gr.Dataframe(headers=["file", "status", "chunks", "reason"], visible=False,
                                                 elem_id="ingest-table", interactive=False, wrap=True)
                     doc_list = gr.Dataframe(headers=["document", "chunks", "status", "reason"],
-                                            value=docs.documents("default"), label="Documents in collection",
+                                            value=docs.documents(default.collection), label="Documents in collection",
                                             elem_id="doc-list", interactive=False, wrap=True)
                     with gr.Row():
-                        remove_pick = gr.Dropdown(choices=docs.document_choices("default"), label="Remove",
+                        remove_pick = gr.Dropdown(choices=docs.document_choices(default.collection), label="Remove",
                                                   elem_id="remove-pick", scale=3)
                         remove_btn = gr.Button("🗑 Remove", size="sm", scale=1, elem_id="remove")
                     remove_note = gr.Markdown()
                 with gr.Tab("⚙️ Mode & model"):
-                    mode = gr.Radio(choices=[(v, k) for k, v in MODE_LABELS.items()], value="plain",
-                                    label="Mode", elem_id="mode")
-                    mode_note = gr.Markdown(conf.mode_note("plain"), elem_id="mode-note")
-                    k = gr.Slider(1, 20, value=5, step=1, label="Retrieval k (chunks)")
-                    temperature = gr.Slider(0.0, 1.5, value=0.0, step=0.05, label="Temperature (0 = greedy)")
-                    max_tokens = gr.Slider(16, 2048, value=256, step=16, label="Max tokens")
+                    mode = gr.Radio(choices=[(m.label, key) for key, m in services.modes.items()],
+                                    value=default.mode, label="Mode", elem_id="mode")
+                    mode_note = gr.Markdown(conf.mode_note(default.mode), elem_id="mode-note")
+                    k = gr.Slider(1, 20, value=default.k, step=1, label="Retrieval k (chunks)")
+                    temperature = gr.Slider(0.0, 1.5, value=default.temperature, step=0.05,
+                                            label="Temperature (0 = greedy)")
+                    max_tokens = gr.Slider(16, 2048, value=default.max_tokens, step=16, label="Max tokens")
                     model = gr.Dropdown(choices=model_choices, value=services.model_config.model
                                         if services.model_config.model in model_choices else None,
                                         allow_custom_value=True, label="Model (name or .gguf path)")
                     gpu_layers = gr.Number(value=services.model_config.n_gpu_layers, precision=0,
                                            label="GPU layers (-1 = all, 0 = CPU)")
                     load_btn = gr.Button("Load model", size="sm")
-                    draft = gr.Dropdown(choices=[NO_DRAFT, *usable], value=NO_DRAFT, label="Draft model (Speedup)",
+                    draft = gr.Dropdown(choices=[NO_DRAFT, *usable], value=default.draft_model,
+                                        label="Draft model (Speedup)",
                                         elem_id="draft")
                     draft_note = gr.Markdown(elem_id="draft-note")
                     if unusable:
@@ -138,7 +141,7 @@ def build_app(services: Services) -> gr.Blocks:
             return docs.documents(coll), gr.update(choices=docs.document_choices(coll), value=None)
 
         def ingest(paths, coll):
-            coll = (coll or "default").strip()
+            coll = (coll or DEFAULT_COLLECTION).strip()
             for v in docs.ingest(paths, coll):
                 table = gr.update(value=v.rows, visible=bool(v.rows))
                 if v.done:
@@ -174,7 +177,7 @@ def build_app(services: Services) -> gr.Blocks:
         load_btn.click(load_model, [model, gpu_layers, mode, draft], [model_status, mode_note])
 
         def on_load(coll):
-            return (gr.update(choices=history_choices(services)), *refresh_docs(coll or "default"),
+            return (gr.update(choices=history_choices(services)), *refresh_docs(coll or DEFAULT_COLLECTION),
                     services.model_status())
 
         demo.load(on_load, [collection], [history, doc_list, remove_pick, model_status])

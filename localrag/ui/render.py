@@ -6,7 +6,7 @@ an assistant message with ``metadata.title`` renders as a collapsible panel, and
 
     📚 Sources (3)                      collapsed; opens to one panel per citation
         [1] notes.md lines 3-9 · "snippet…"   opens to the full chunk text
-    🧪 Drafts (5) · best 2/5            Grounded mode only, collapsed (on demand)
+    🧪 Drafts (5) · chosen #2           Grounded mode only, collapsed (on demand)
     ⚡ Speedup (RASD) · 61.2 tok/s · 2.40 accepted tokens/step · 1.9× vs plain
 """
 
@@ -17,115 +17,73 @@ import math
 import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
 
-from localrag.history import Turn
-from localrag.ui.services import MODE_LABELS
+from localrag.modes import get_mode
+from localrag.results import AnswerStats, GroundedDraft
+from localrag.ui.history import Turn
 
 PENDING = "…"
 
 
-def _get(obj: Any, key: str, default: Any = None) -> Any:
-    if isinstance(obj, dict):
-        return obj.get(key, default)
-    return getattr(obj, key, default)
+def mode_label(mode: str) -> str:
+    """The UI's name of a mode id (or alias, as older chats stored it)."""
+    try:
+        return get_mode(mode).label
+    except ValueError:
+        return mode
 
 
-def citation_dict(c: Any) -> dict:
-    """A Citation (or Hit-like object, or dict) as a plain JSON-ready dict."""
-    d = {k: _get(c, k) for k in ("file", "page", "line_start", "line_end", "snippet", "text", "chunk_id", "label")}
-    if not d["label"]:
-        d["label"] = citation_label(d)
-    if not d["snippet"]:
-        flat = " ".join(str(d["text"] or "").split())
-        d["snippet"] = flat if len(flat) <= 160 else flat[:159] + "…"
-    return d
+def accepted_per_step(stats: AnswerStats | None) -> list[int]:
+    """Per-step accepted token counts for the plot (the Speedup decoder's stats), else []."""
+    decoder = stats.generation.decoder if stats is not None and stats.generation is not None else None
+    return list(decoder.accepted_per_step) if decoder is not None else []
 
 
-def citation_label(c: dict) -> str:
-    name = Path(str(c.get("file") or "?")).name
-    if c.get("page") is not None:
-        return f"{name} p.{c['page']}"
-    if c.get("line_start") is not None:
-        a, b = c["line_start"], c.get("line_end")
-        return f"{name} line {a}" if b in (None, a) else f"{name} lines {a}-{b}"
-    return name
-
-
-def draft_dict(d: Any) -> dict:
-    out = {k: _get(d, k) for k in ("answer", "rationale", "draft_logprob", "consistency", "reflection", "score")}
-    out["citations"] = [citation_dict(c) for c in (_get(d, "citations") or [])]
-    return out
-
-
-def _num(stats: dict, *keys: str) -> float | None:
-    """First numeric value found under any of ``keys`` in stats or its nested dicts."""
-    for scope in (stats, stats.get("generation") or {}, (stats.get("generation") or {}).get("extra") or {},
-                  stats.get("rasd") or {}, stats.get("timing") or {}):
-        for k in keys:
-            v = scope.get(k) if isinstance(scope, dict) else None
-            if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v):
-                return float(v)
-    return None
-
-
-def accepted_per_step(stats: dict) -> list[int]:
-    """Per-step accepted token counts for the plot (the RASD decoder's stats), else []."""
-    steps = ((stats.get("generation") or {}).get("extra") or {}).get("accepted_per_step")
-    return [int(x) for x in steps] if isinstance(steps, list) else []
-
-
-def stats_line(mode: str, stats: dict) -> str:
+def stats_line(mode: str, stats: AnswerStats) -> str:
     """One line: mode, tokens/s, mean accepted tokens per step, speedup vs the plain estimate."""
-    parts = [MODE_LABELS.get(mode, mode)]
-    tps = _num(stats, "decode_tps")
-    if tps is not None:
-        parts.append(f"{tps:.1f} tok/s")
-    per_step = _num(stats, "mean_accepted", "tokens_per_step")
-    if mode == "plain" and per_step is not None:
-        parts.append("1 token/step")  # by definition (the ratio dips below 1 only by the final EOG step)
-    elif per_step is not None:
-        parts.append(f"{per_step:.2f} accepted tokens/step")
-    speedup = _num(stats, "speedup_vs_plain")
-    if speedup is not None:
-        parts.append(f"{speedup:.2f}× vs plain (est.)")
-    elif mode == "plain" and tps is not None:
-        parts.append("1.00× (plain baseline)")
-    n_drafts = _num(stats, "n_drafts")
-    if n_drafts is not None:
-        parts.append(f"{int(n_drafts)} drafts")
-    for key, label in (("retrieve_s", "retrieve"), ("draft_s", "draft"), ("verify_s", "verify")):
-        v = _num(stats, key)
-        if v is not None and mode == "specrag":
-            parts.append(f"{label} {v:.2f} s")
-    toks = _num(stats, "generated_tokens", "n_tokens")
-    if toks is not None:
-        parts.append(f"{int(toks)} tokens")
-    total = _num(stats, "total_s", "seconds")
-    if total is not None:
-        parts.append(f"{total:.1f} s")
+    parts = [mode_label(mode)]
+    gen, grounded = stats.generation, stats.grounded
+    decoder = gen.decoder if gen is not None else None
+    if gen is not None:
+        parts.append(f"{gen.decode_tps:.1f} tok/s")
+        if decoder is not None:
+            parts.append(f"{decoder.mean_accepted:.2f} accepted tokens/step")
+            parts.append(f"{decoder.speedup_vs_plain:.2f}× vs plain (est.)")
+        else:  # by definition (the ratio dips below 1 only by the final EOG step)
+            parts += ["1 token/step", "1.00× (plain baseline)"]
+    if grounded is not None:
+        parts.append(f"{grounded.n_drafts} drafts")
+        parts += [f"retrieve {stats.retrieval.seconds:.2f} s", f"draft {grounded.draft_s:.2f} s",
+                  f"verify {grounded.verify_s:.2f} s"]
+    if gen is not None:
+        parts.append(f"{gen.generated_tokens} tokens")
+    parts.append(f"{stats.total_s:.1f} s")
     return "⚡ " + " · ".join(parts)
 
 
-def drafts_markdown(drafts: Sequence[dict]) -> str:
+def _best(drafts: Sequence[GroundedDraft]) -> int:
+    return max(range(len(drafts)), key=lambda i: drafts[i].score if math.isfinite(drafts[i].score) else -math.inf)
+
+
+def drafts_markdown(drafts: Sequence[GroundedDraft]) -> str:
     if not drafts:
         return ""
-    best = max(range(len(drafts)), key=lambda i: drafts[i].get("score") or -math.inf)
+    best = _best(drafts)
     rows = ["| # | score | draft log p | consistency | reflection | answer | sources |",
             "|---|---|---|---|---|---|---|"]
     for i, d in enumerate(drafts):
         mark = " ✅" if i == best else ""
-        srcs = ", ".join(c["label"] for c in d.get("citations", []))
-        answer = " ".join(str(d.get("answer") or "").split()).replace("|", "\\|")
-        rows.append(f"| {i + 1}{mark} | {_f(d.get('score'))} | {_f(d.get('draft_logprob'))} | "
-                    f"{_f(d.get('consistency'))} | {_f(d.get('reflection'))} | {answer} | {srcs} |")
-    rationales = "\n".join(f"{i + 1}. *{html.escape(' '.join(str(d.get('rationale') or '').split()))}*"
-                           for i, d in enumerate(drafts) if d.get("rationale"))
+        srcs = ", ".join(c.label for c in d.citations)
+        answer = " ".join(d.answer.split()).replace("|", "\\|")
+        rows.append(f"| {i + 1}{mark} | {_f(d.score)} | {_f(d.draft_logprob)} | "
+                    f"{_f(d.consistency)} | {_f(d.reflection)} | {answer} | {srcs} |")
+    rationales = "\n".join(f"{i + 1}. *{html.escape(' '.join(d.rationale.split()))}*"
+                           for i, d in enumerate(drafts) if d.rationale)
     return "\n".join(rows) + ("\n\n**Rationales**\n\n" + rationales if rationales else "")
 
 
-def _f(v: Any) -> str:
-    return f"{v:.3f}" if isinstance(v, int | float) else "–"
+def _f(v: float) -> str:
+    return f"{v:.3f}" if math.isfinite(v) else "–"
 
 
 def literal_markdown(text: str) -> str:
@@ -152,16 +110,16 @@ def turn_messages(turn: Turn, n: int) -> list[dict]:
         msgs.append({"role": "assistant", "content": "", "metadata": {
             "title": f"📚 Sources ({len(turn.citations)})", "id": pid, "status": "done"}})
         for i, c in enumerate(turn.citations, start=1):
-            snippet = " ".join(str(c.get("snippet") or "").split())
-            msgs.append({"role": "assistant", "content": literal_markdown(str(c.get("text") or snippet)), "metadata": {
-                "title": f"[{i}] {c.get('label') or citation_label(c)} · “{snippet[:90]}”",
+            snippet = " ".join(c.snippet.split())
+            msgs.append({"role": "assistant", "content": literal_markdown(c.text or snippet), "metadata": {
+                "title": f"[{i}] {c.label} · “{snippet[:90]}”",
                 "parent_id": pid, "id": f"{pid}-{i}", "status": "done"}})
     if turn.drafts:
-        best = max(range(len(turn.drafts)), key=lambda i: turn.drafts[i].get("score") or -math.inf)
+        best = _best(turn.drafts)
         msgs.append({"role": "assistant", "content": drafts_markdown(turn.drafts), "metadata": {
             "title": f"🧪 Drafts ({len(turn.drafts)}) · chosen #{best + 1}, "
-                     f"score {_f(turn.drafts[best].get('score'))}", "id": f"drafts-{n}", "status": "done"}})
-    if turn.stats:
+                     f"score {_f(turn.drafts[best].score)}", "id": f"drafts-{n}", "status": "done"}})
+    if turn.stats is not None:
         msgs.append({"role": "assistant", "content": f"<small>{html.escape(stats_line(turn.mode, turn.stats))}</small>"})
     return msgs
 

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 from localrag.bench.speed_hf import extra_methods, hf_plain, hf_pld, timed_generate
 from localrag.config import GenerationConfig
-from localrag.generation import Generation, plain_decoder
+from localrag.generation import Generation, PlainDecoder
 from tests.hf.conftest import tiny_backend, tiny_model
 from tests.hf.test_hf_rasd import tiny_prompt
 
@@ -18,7 +18,7 @@ class _Engine(SimpleNamespace):
 def test_hf_methods_match_our_plain_greedy():
     be = tiny_backend(seed=21)
     cfg = GenerationConfig(max_tokens=30)
-    ours = Generation(be, tiny_prompt(), plain_decoder, cfg).run().tokens
+    ours = Generation(be, tiny_prompt(), PlainDecoder(), cfg).run().tokens
     engine = _Engine(backend=be)
     for method in (hf_plain, hf_pld):
         r = method(engine, tiny_prompt(), cfg, [])

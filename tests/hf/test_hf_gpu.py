@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from localrag.backends.hf import HFBackend, pick_device, pick_dtype
-from localrag.config import GenerationConfig, SpecConfig
-from localrag.generation import Generation, plain_decoder
-from localrag.spec.budget import CostModel
-from localrag.spec.decode import make_rasd_decoder
+from localrag.config import GenerationConfig, RasdConfig
+from localrag.generation import Generation, PlainDecoder
+from localrag.rasd.budget import CostModel
+from localrag.rasd.loop import RasdDecoder
 from tests.hf.conftest import gpu_only, tiny_model, tiny_tokenizer
 from tests.hf.test_hf_tree import path_to, random_tree
 
@@ -57,10 +57,10 @@ def test_gpu_rasd_greedy_equals_plain():
     plain_be, target, draft = (_device_backend(torch.float32) for _ in range(3))  # the draft is the target's twin
     prompt = [1] + [int(t) for t in np.random.default_rng(3).integers(3, 64, size=20)]
     cfg = GenerationConfig(max_tokens=48)
-    plain = Generation(plain_be, prompt, plain_decoder, cfg).run()
+    plain = Generation(plain_be, prompt, PlainDecoder(), cfg).run()
     doc = " ".join(f"w{t - 3}" for t in plain.tokens[5:30])  # part of the answer is in the "documents"
-    always = SpecConfig(calibrate=False, use_budget=False)
-    decoder, stats = make_rasd_decoder(target, always, draft=draft, documents=[doc], cost=CostModel.linear())
-    spec = Generation(target, prompt, decoder, cfg, stats).run()
+    always = RasdConfig(calibrate=False, use_budget=False)
+    decoder = RasdDecoder(target, always, draft=draft, documents=[doc], cost=CostModel.linear())
+    spec = Generation(target, prompt, decoder, cfg).run()
     assert spec.tokens == plain.tokens
-    assert stats["spec_steps"] > 0 and stats["mean_accepted"] > 2.0
+    assert decoder.stats.spec_steps > 0 and decoder.stats.mean_accepted > 2.0

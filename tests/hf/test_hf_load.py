@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from localrag.backends.hf import HFBackend, pick_device, pick_dtype, token_piece_table
+from localrag.backends.loader import load_backend
 from localrag.config import ModelConfig
-from localrag.engine import load_backend
 from localrag.models import ModelError
-from localrag.spec.draft import check_vocab, load_draft
+from localrag.rasd.draft import check_vocab, load_draft
 from tests.hf.conftest import has_gpu, tiny_backend, tiny_model, tiny_tokenizer
 
 

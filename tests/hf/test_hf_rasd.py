@@ -1,4 +1,4 @@
-"""The RASD engine (localrag.spec) running unchanged on the transformers backend.
+"""The RASD engine (localrag.rasd) running unchanged on the transformers backend.
 
 Fast: tiny random Llama targets/drafts. Slow: the real SmolLM2 fp32 target
 (the bundled GGUF in transformers), alone and with the same GGUF in llama.cpp
@@ -11,15 +11,15 @@ import numpy as np
 import pytest
 
 from localrag.backends import hf_compat
-from localrag.config import GenerationConfig, SpecConfig
+from localrag.config import GenerationConfig, RasdConfig
 from localrag.engine import Engine
-from localrag.generation import Generation, plain_decoder
-from localrag.spec.budget import CostModel
-from localrag.spec.decode import make_rasd_decoder
-from localrag.spec.draft import load_draft
+from localrag.generation import Decoder, Generation, PlainDecoder
+from localrag.rasd.budget import CostModel
+from localrag.rasd.draft import load_draft
+from localrag.rasd.loop import RasdDecoder
 from tests.hf.conftest import tiny_backend
 
-ALWAYS = SpecConfig(calibrate=False, use_budget=False)  # verify every proposed tree: exercises the backend most
+ALWAYS = RasdConfig(calibrate=False, use_budget=False)  # verify every proposed tree: exercises the backend most
 DOC = (
     "The Zephyr 300 router ships with firmware 4.2. To reset it, hold the recessed button for ten seconds "
     "until the status light blinks amber, then wait two minutes for the reboot to finish. The admin page "
@@ -36,33 +36,33 @@ def test_tiny_rasd_greedy_equals_plain():
     plain_be, rasd_be = tiny_backend(seed=11), tiny_backend(seed=11)
     cfg = GenerationConfig(max_tokens=60)
     prompt = tiny_prompt()
-    plain = Generation(plain_be, prompt, plain_decoder, cfg).run()
+    plain = Generation(plain_be, prompt, PlainDecoder(), cfg).run()
     doc = " ".join(f"w{t - 3}" for t in plain.tokens[5:40])  # the continuation is in the "documents"
-    decoder, stats = make_rasd_decoder(rasd_be, ALWAYS, documents=[doc], cost=CostModel.linear())
-    spec = Generation(rasd_be, prompt, decoder, cfg, stats).run()
+    decoder = RasdDecoder(rasd_be, ALWAYS, documents=[doc], cost=CostModel.linear())
+    spec = Generation(rasd_be, prompt, decoder, cfg).run()
     assert spec.tokens == plain.tokens
-    assert spec.stats.extra["spec_steps"] > 0
-    assert spec.stats.extra["mean_accepted"] > 1.5  # retrieval paths were accepted and compacted
+    assert spec.stats.decoder.spec_steps > 0
+    assert spec.stats.decoder.mean_accepted > 1.5  # retrieval paths were accepted and compacted
 
 
 def test_tiny_rasd_with_transformers_draft_equals_plain():
     target, draft = tiny_backend(seed=12), tiny_backend(seed=12)  # draft = the target's twin: all accepted
     cfg = GenerationConfig(max_tokens=40)
     prompt = tiny_prompt()
-    plain = Generation(tiny_backend(seed=12), prompt, plain_decoder, cfg).run()
-    decoder, stats = make_rasd_decoder(target, ALWAYS, draft=draft, cost=CostModel.linear())
-    spec = Generation(target, prompt, decoder, cfg, stats).run()
+    plain = Generation(tiny_backend(seed=12), prompt, PlainDecoder(), cfg).run()
+    decoder = RasdDecoder(target, ALWAYS, draft=draft, cost=CostModel.linear())
+    spec = Generation(target, prompt, decoder, cfg).run()
     assert spec.tokens == plain.tokens
-    assert stats["draft_steps"] > 0 and stats["mean_accepted"] > 2.0
+    assert decoder.stats.draft_steps > 0 and decoder.stats.mean_accepted > 2.0
 
 
 def test_tiny_rasd_sampling_runs_and_stays_in_sync():
     target, draft = tiny_backend(seed=13), tiny_backend(seed=14)
     cfg = GenerationConfig(max_tokens=40, temperature=0.8, seed=1)
-    decoder, stats = make_rasd_decoder(target, ALWAYS, draft=draft, cost=CostModel.linear())
+    decoder = RasdDecoder(target, ALWAYS, draft=draft, cost=CostModel.linear())
     prompt = tiny_prompt()
-    gen = Generation(target, prompt, decoder, cfg, stats).run()
-    assert gen.stats.stop_reason in ("eog", "length") and stats["spec_steps"] > 0
+    gen = Generation(target, prompt, decoder, cfg).run()
+    assert gen.stats.stop_reason in ("eog", "length") and decoder.stats.spec_steps > 0
     full = prompt + gen.tokens
     n = min(len(full), target.n_past)
     assert target.tokens[:n] == full[:n]  # the committed context is exactly what was emitted
@@ -70,9 +70,9 @@ def test_tiny_rasd_sampling_runs_and_stays_in_sync():
 
 
 # --- the real SmolLM2 fp32 target ----------------------------------------------------
-def _chat(engine: Engine, question: str, decoder=plain_decoder, stats=None, max_tokens: int = 32) -> Generation:
+def _chat(engine: Engine, question: str, decoder: Decoder | None = None, max_tokens: int = 32) -> Generation:
     messages = [{"role": "user", "content": f"{DOC}\n\nQuestion: {question}"}]
-    return engine.chat(messages, GenerationConfig(max_tokens=max_tokens), decoder, stats).run()
+    return engine.chat(messages, GenerationConfig(max_tokens=max_tokens), decoder).run()
 
 
 @pytest.mark.slow
@@ -81,7 +81,7 @@ def test_real_plain_matches_transformers_generate(hf_smollm2):
 
     engine = Engine(hf_smollm2)
     ids = engine.encode_prompt(engine.prompt.render([{"role": "user", "content": "Name three colors."}]))
-    ours = Generation(hf_smollm2, ids, plain_decoder, GenerationConfig(max_tokens=16)).run()
+    ours = Generation(hf_smollm2, ids, PlainDecoder(), GenerationConfig(max_tokens=16)).run()
     with torch.inference_mode():
         ref = hf_smollm2.model.generate(torch.tensor([ids]), max_new_tokens=16, do_sample=False)
     theirs = ref[0, len(ids) :].tolist()
@@ -116,10 +116,10 @@ def test_real_rasd_retrieval_only_equals_plain(hf_smollm2):
     engine = Engine(hf_smollm2)
     q = "How do I reset the router? Quote the documents."
     plain = _chat(engine, q)
-    decoder, stats = make_rasd_decoder(hf_smollm2, ALWAYS, documents=[DOC], cost=CostModel.linear())
-    spec = _chat(engine, q, decoder, stats)
+    decoder = RasdDecoder(hf_smollm2, ALWAYS, documents=[DOC], cost=CostModel.linear())
+    spec = _chat(engine, q, decoder)
     assert spec.text == plain.text
-    assert stats["spec_steps"] > 0
+    assert decoder.stats.spec_steps > 0
 
 
 @pytest.mark.slow
@@ -133,10 +133,10 @@ def test_real_cross_backend_gguf_draft_equals_plain(hf_smollm2):
         engine = Engine(hf_smollm2)
         q = "What is the admin page address?"
         plain = _chat(engine, q)
-        decoder, stats = make_rasd_decoder(hf_smollm2, ALWAYS, draft=draft, documents=[DOC], cost=CostModel.linear())
-        spec = _chat(engine, q, decoder, stats)
+        decoder = RasdDecoder(hf_smollm2, ALWAYS, draft=draft, documents=[DOC], cost=CostModel.linear())
+        spec = _chat(engine, q, decoder)
         assert spec.text == plain.text
-        assert stats["draft_steps"] > 0 and stats["mean_accepted"] > 1.5
+        assert decoder.stats.draft_steps > 0 and decoder.stats.mean_accepted > 1.5
     finally:
         draft.close()
 
@@ -150,7 +150,7 @@ def test_real_gguf_conversion_cache_reloads_identically(hf_smollm2):
 
     if os.environ.get("LOCALRAG_HF_GGUF_CACHE", "1") == "0":
         pytest.skip("GGUF conversion cache disabled")
-    assert (gguf_cache_folder(hf_smollm2.spec.path) / "config.json").exists()
+    assert (gguf_cache_folder(hf_smollm2.model_spec.path) / "config.json").exists()
     again = HFBackend(hf_smollm2.config)
     assert again.load_seconds < 30 and again.vocab_pieces() == hf_smollm2.vocab_pieces()
     ids = hf_smollm2.tokenize("Hello there", add_special=True)
@@ -179,20 +179,20 @@ def test_generate_cli_runs_rasd_on_the_transformers_backend(hf_smollm2, tmp_path
     assert out.returncode == 0, out.stderr[-2000:]
     result = json.loads(out.stdout)
     assert result["text"] == plain.text
-    extra = result["stats"]["extra"]
-    assert extra["mode"] == "rasd" and extra["steps"] >= 1 and extra["draft_steps"] >= 1
+    decoder = result["stats"]["decoder"]
+    assert decoder["steps"] >= 1 and decoder["draft_steps"] >= 1
 
 
 def test_draft_chain_is_incremental_cost_aware_and_kept_for_the_next_sync():
     """The chain draft: greedy tokens (as the draft would decode them), stopped where the path's
     acceptance falls below the break-even threshold; its KV stays, so the next sync prefills only
     what the target did not accept."""
-    from localrag.spec.draft import DraftModel, softmax
+    from localrag.rasd.draft import DraftModel, softmax
 
     be = tiny_backend(seed=1)
     ctx = tiny_prompt()
-    spec = SpecConfig(draft_depth=2, draft_nodes=8)  # a chain's length is draft_nodes (draft_depth: tree rounds)
-    full = DraftModel(be, spec, chain=True)
+    config = RasdConfig(draft_depth=2, draft_nodes=8)  # a chain's length is draft_nodes (draft_depth: tree rounds)
+    full = DraftModel(be, config, chain=True)
     root_probs = full.sync(ctx)
     tree, dists = full.grow(ctx[-1], root_probs)
     chain = tree.tokens[1:]
@@ -218,11 +218,11 @@ def test_draft_chain_is_incremental_cost_aware_and_kept_for_the_next_sync():
     # the stop rule: node 4's path probability is below `between`
     be.truncate(len(ctx))
     between = (tree.scores[3] + tree.scores[4]) / 2
-    short, _ = DraftModel(be, spec, chain=True, min_path_prob=between).grow(ctx[-1], root_probs)
+    short, _ = DraftModel(be, config, chain=True, min_path_prob=between).grow(ctx[-1], root_probs)
     assert len(short) == 4 and short.tokens == tree.tokens[:4]
     # with calibrated acceptance instead of raw draft probability: every node accepted at 0.99
     be.truncate(len(ctx))
-    long, _ = DraftModel(be, spec, chain=True, min_path_prob=between).grow(ctx[-1], root_probs, lambda p: 0.99)
+    long, _ = DraftModel(be, config, chain=True, min_path_prob=between).grow(ctx[-1], root_probs, lambda p: 0.99)
     assert long.tokens == tree.tokens
     # nothing is drafted past an end-of-generation token, nor past the answer's remaining length
     be.truncate(len(ctx))

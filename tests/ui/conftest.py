@@ -1,4 +1,4 @@
-"""Fakes for the UI handler tests: an engine, a document index and an answerer with the real result types.
+"""Fakes for the UI handler tests: an engine, a document index and answer modes with the real result types.
 
 The handlers only need the interfaces, so these tests run in well under a second
 each, with no model loaded. The browser test (test_browser.py) uses the real stack.
@@ -9,19 +9,63 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from localrag.answer import AnswerResult, Citation, Draft
 from localrag.config import AppConfig
+from localrag.modes import AnswerMode, GroundedMode, PlainMode, SpeedupMode
 from localrag.rag.records import DocumentInfo, IngestEvent, IngestReport
+from localrag.results import (
+    AnswerResult,
+    AnswerStats,
+    Citation,
+    GenerationStats,
+    GroundedDraft,
+    GroundedStats,
+    RasdStats,
+    RetrievalStats,
+)
 from localrag.ui.services import Services
+
+
+class FakeBackend:
+    """Just enough of a llama.cpp backend for the modes' availability checks (BatchBackend)."""
+
+    n_batch = 512
+    add_bos = True
+
+    def decode_batch(self, tokens, positions, seq_ids, outputs):
+        raise NotImplementedError
+
+    def seq_cp(self, src, dst, p0=-1, p1=-1):
+        raise NotImplementedError
+
+    def reset(self):
+        pass
+
+    def tokenize(self, text, add_special=False, parse_special=True):
+        return []
+
+    def token_bytes(self, token):
+        return b""
+
+    def is_eog(self, token):
+        return False
 
 
 class FakeEngine:
     model_name = "fake-model"
 
+    def __init__(self, backend=None) -> None:
+        self.backend = backend if backend is not None else FakeBackend()
+
     def close(self) -> None:
         pass
+
+
+class FakeEmbedder:
+    def embed(self, texts):
+        return np.zeros((len(texts), 4), dtype=np.float32)
 
 
 class FakeIndex:
@@ -29,6 +73,7 @@ class FakeIndex:
 
     def __init__(self, collection: str) -> None:
         self.collection = collection
+        self.embedder = FakeEmbedder()
         self.docs: dict[str, int] = {}
         self.ingested: list[str] = []
 
@@ -67,6 +112,9 @@ class FakeIndex:
     def collections(self) -> list[str]:
         return ["default"]
 
+    def close(self) -> None:
+        pass
+
 
 def citation(file: str = "/data/uploads/default/zephyr.md") -> Citation:
     return Citation(file=file, page=None, line_start=3, line_end=4, snippet="Its primary mirror is 4.2 metres…",
@@ -74,50 +122,78 @@ def citation(file: str = "/data/uploads/default/zephyr.md") -> Citation:
                     chunk_id="v1:0", label="zephyr.md lines 3-4")
 
 
-class FakeAnswerer:
-    """Streams a fixed answer in pieces, then an AnswerResult shaped like the real one for each mode."""
+class FakeAnswering:
+    """What the fake modes answer: a fixed text in pieces, then an AnswerResult shaped like the real
+    one for each mode (the real result and stats types)."""
 
     pieces = ["Marta ", "Ilves ", "polished ", "it."]
     fail: Exception | None = None
     on_piece = None  # callback(i) after each piece (tests use it to press Stop)
+    last_request = None
+    last_answerer = None
 
-    def __init__(self, engine, index, verifier=None, rasd_draft=None, **kwargs) -> None:
-        self.engine, self.index, self.verifier, self.rasd_draft = engine, index, verifier, rasd_draft
-        self.kwargs = kwargs
-        self.calls: list[tuple] = []
+    @classmethod
+    def reset(cls) -> None:
+        cls.pieces = ["Marta ", "Ilves ", "polished ", "it."]
+        cls.fail = cls.on_piece = cls.last_request = cls.last_answerer = None
 
-    def stream(self, question, history, mode, gen, k=5, collection=None):
-        FakeAnswerer.last_call = (question, history, mode, gen, k, collection)
-        if FakeAnswerer.fail is not None:
-            raise FakeAnswerer.fail
-        for i, p in enumerate(self.pieces):
-            yield p
-            if FakeAnswerer.on_piece:
-                FakeAnswerer.on_piece(i)
-        stats = {"total_s": 0.5, "generation": {"decode_tps": 42.0, "tokens_per_step": 1.0, "generated_tokens": 4,
-                                                "extra": {}}}
-        drafts = []
-        if mode == "rasd":
-            stats["generation"]["tokens_per_step"] = 2.5
-            stats["generation"]["extra"] = {"speedup_vs_plain": 1.8, "accepted_per_step": [1, 3, 4, 2]}
-        if mode == "specrag":
-            drafts = [Draft("Marta Ilves", "The text says Marta Ilves polished it.", [citation()], -3.2, -4.1, -0.2, -1.1),
-                      Draft("Quillfield", "The town is Quillfield.", [citation()], -2.9, -6.0, -2.3, -3.4)]
-        yield AnswerResult(text="".join(self.pieces), mode=mode, citations=[citation()], supported=True,
-                           drafts=drafts, stats=stats, searched='searched "q" in collection "default"')
+
+def _stats(mode: str) -> AnswerStats:
+    n = len("".join(FakeAnswering.pieces).split())
+    gen = GenerationStats(generated_tokens=n, steps=n, decode_seconds=n / 42.0)
+    stats = AnswerStats(mode=mode, total_s=0.5, retrieval=RetrievalStats(query="q", collection="default", k=5),
+                        generation=gen)
+    if mode == "rasd":
+        gen.steps = 2
+        gen.decoder = RasdStats(steps=4, tokens=10, mean_accepted=2.5, speedup_vs_plain=1.8,
+                                accepted_per_step=[1, 3, 4, 2])
+    if mode == "grounded":
+        stats.generation = None
+        stats.grounded = GroundedStats(n_drafts=2, draft_s=0.2, verify_s=0.1)
+    return stats
+
+
+def _fake_stream(self: AnswerMode, answerer, request):
+    FakeAnswering.last_request, FakeAnswering.last_answerer = request, answerer
+    if FakeAnswering.fail is not None:
+        raise FakeAnswering.fail
+    for i, p in enumerate(FakeAnswering.pieces):
+        yield p
+        if FakeAnswering.on_piece:
+            FakeAnswering.on_piece(i)
+    drafts = []
+    if self.id == "grounded":
+        drafts = [GroundedDraft("Marta Ilves", "The text says Marta Ilves polished it.", [citation()],
+                                -3.2, -4.1, -0.2, -1.1),
+                  GroundedDraft("Quillfield", "The town is Quillfield.", [citation()], -2.9, -6.0, -2.3, -3.4)]
+    yield AnswerResult(text="".join(FakeAnswering.pieces), mode=self.id, citations=[citation()], supported=True,
+                       drafts=drafts, stats=_stats(self.id), searched='searched "q" in collection "default"')
+
+
+class FakePlain(PlainMode):
+    stream = _fake_stream
+
+
+class FakeSpeedup(SpeedupMode):
+    stream = _fake_stream
+
+
+class FakeGrounded(GroundedMode):
+    stream = _fake_stream
+
+
+FAKE_MODES = {m.id: m for m in (FakePlain(), FakeSpeedup(), FakeGrounded())}
 
 
 @pytest.fixture
-def fake_answerer():
-    FakeAnswerer.fail = None
-    FakeAnswerer.on_piece = None
-    yield FakeAnswerer
-    FakeAnswerer.fail = None
-    FakeAnswerer.on_piece = None
+def fake_answering():
+    FakeAnswering.reset()
+    yield FakeAnswering
+    FakeAnswering.reset()
 
 
 @pytest.fixture
-def make_services(tmp_path, fake_answerer):
+def make_services(tmp_path, fake_answering):
     """Build Services over tmp data/index dirs with fakes; call again for a 'restart' on the same dirs."""
     indexes: dict[str, FakeIndex] = {}
     made: list[Services] = []
@@ -132,7 +208,7 @@ def make_services(tmp_path, fake_answerer):
     def make(**kw) -> Services:
         cfg = AppConfig(data_dir=tmp_path / "data", index_dir=tmp_path / "index")
         kw.setdefault("engine", FakeEngine())
-        s = Services(cfg, index_factory=index_factory, answerer_factory=fake_answerer, **kw)
+        s = Services(cfg, index_factory=index_factory, modes=FAKE_MODES, **kw)
         made.append(s)
         return s
 

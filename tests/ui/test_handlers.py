@@ -4,25 +4,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from localrag.models import ModelError
-from localrag.ui import services as services_mod
+from localrag.results import AnswerStats, GenerationStats, RasdStats
 from localrag.ui.handlers import ChatController, DocsController, SettingsController, history_choices
 from localrag.ui.render import accepted_per_step, stats_line
 from localrag.ui.services import Settings
+from tests.ui.conftest import FakeEngine
 
 
 def run(gen):
     views = list(gen)
     assert views, "a handler must always yield at least once"
     return views
-
-
-@pytest.fixture
-def all_modes(monkeypatch):
-    """Pretend the RASD and Speculative RAG modules are installed."""
-    monkeypatch.setattr(services_mod, "_import", lambda module, name: (object(), ""))
 
 
 def texts(messages):
@@ -62,26 +55,29 @@ def test_history_survives_restart(make_services):
     assert texts(loaded.messages)[:2] == ["Who polished the mirror?", "Marta Ilves polished it."]
 
 
-def test_follow_up_sends_history_and_new_chat_is_separate(make_services, fake_answerer):
+def test_follow_up_sends_history_and_new_chat_is_separate(make_services, fake_answering):
     s = make_services()
     chat = ChatController(s)
     cid = run(chat.respond(None, "first?", Settings()))[-1].chat_id
     run(chat.respond(cid, "second?", Settings(k=7, max_tokens=64, temperature=0.5)))
-    question, history, mode, gen, k, _ = fake_answerer.last_call
-    assert question == "second?" and mode == "plain" and k == 7
-    assert gen.max_tokens == 64 and gen.temperature == 0.5
-    assert history == [{"role": "user", "content": "first?"}, {"role": "assistant", "content": "Marta Ilves polished it."}]
+    request = fake_answering.last_request
+    assert request.question == "second?" and request.k == 7 and request.collection == "default"
+    assert request.gen.max_tokens == 64 and request.gen.temperature == 0.5
+    assert request.history == ({"role": "user", "content": "first?"},
+                               {"role": "assistant", "content": "Marta Ilves polished it."})
     other = run(chat.respond(None, "unrelated", Settings()))[-1].chat_id
     assert other != cid and len(s.history.list_chats()) == 2
 
 
-def test_unavailable_mode_is_explained_not_raised(make_services, monkeypatch):
-    monkeypatch.setattr(services_mod, "_import", lambda module, name: (None, f"{module}.{name} is not in this build"))
-    s = make_services()
-    final = run(ChatController(s).respond(None, "q", Settings(mode="rasd")))[-1]
-    assert "Speedup (RASD) is unavailable" in final.messages[1]["content"]
-    note = SettingsController(s).mode_note("specrag")
+def test_unavailable_mode_is_explained_not_raised(make_services):
+    """A mode says itself why it cannot run: Grounded drafts in batches, which only llama.cpp does."""
+    s = make_services(engine=FakeEngine(backend=object()))
+    final = run(ChatController(s).respond(None, "q", Settings(mode="grounded")))[-1]
+    assert "Grounded (Speculative RAG) is unavailable" in final.messages[1]["content"]
+    assert "llama.cpp backend" in final.messages[1]["content"]
+    note = SettingsController(s).mode_note("grounded")
     assert "Grounded (Speculative RAG) is unavailable" in note and "✅ **Plain**" in note
+    assert "✅ **Speedup (RASD)**" in note
 
 
 def test_no_model_loaded_is_a_message(make_services):
@@ -91,8 +87,8 @@ def test_no_model_loaded_is_a_message(make_services):
     assert "No model loaded" in s.model_status()
 
 
-def test_answer_errors_become_messages(make_services, fake_answerer):
-    fake_answerer.fail = RuntimeError("llama_decode failed")
+def test_answer_errors_become_messages(make_services, fake_answering):
+    fake_answering.fail = RuntimeError("llama_decode failed")
     s = make_services()
     final = run(ChatController(s).respond(None, "q", Settings()))[-1]
     assert "RuntimeError: llama_decode failed" in final.messages[1]["content"]
@@ -111,33 +107,30 @@ def test_empty_question_and_bad_chat_id(make_services):
     assert views[-1].note and views[-1].messages == [] and s.history.list_chats() == []
 
 
-def test_stop_keeps_partial_answer(make_services, fake_answerer):
+def test_stop_keeps_partial_answer(make_services, fake_answering):
     s = make_services()
     chat = ChatController(s)
-    fake_answerer.on_piece = lambda i: chat.stop() if i == 1 else None
+    fake_answering.on_piece = lambda i: chat.stop() if i == 1 else None
     final = run(chat.respond(None, "q", Settings()))[-1]
     assert final.messages[1]["content"].startswith("Marta Ilves polished") and "Stopped." in final.messages[1]["content"]
     assert s.history.turns(final.chat_id)[0].answer == "Marta Ilves polished"
-    fake_answerer.on_piece = None
+    fake_answering.on_piece = None
     again = run(chat.respond(final.chat_id, "q2", Settings()))[-1]  # a later answer is not stopped
     assert "⚡" in again.messages[-1]["content"] and "Stopped." not in again.messages[-4]["content"]
 
 
-def test_regenerate_replaces_last_turn(make_services, fake_answerer):
+def test_regenerate_replaces_last_turn(make_services, fake_answering):
     s = make_services()
     chat = ChatController(s)
     cid = run(chat.respond(None, "q", Settings()))[-1].chat_id
-    fake_answerer.pieces = ["Another ", "answer."]
-    try:
-        final = run(chat.regenerate(cid, Settings()))[-1]
-    finally:
-        fake_answerer.pieces = ["Marta ", "Ilves ", "polished ", "it."]
+    fake_answering.pieces = ["Another ", "answer."]
+    final = run(chat.regenerate(cid, Settings()))[-1]
     assert [t.answer for t in s.history.turns(cid)] == ["Another answer."]
     assert final.messages[1]["content"] == "Another answer."
     assert run(chat.regenerate(None, Settings()))[-1].note == "Nothing to regenerate."
 
 
-def test_speedup_mode_stats_and_plot(make_services, all_modes):
+def test_speedup_mode_stats_and_plot(make_services):
     s = make_services()
     final = run(ChatController(s).respond(None, "q", Settings(mode="rasd")))[-1]
     line = final.messages[-1]["content"]
@@ -145,11 +138,10 @@ def test_speedup_mode_stats_and_plot(make_services, all_modes):
     assert final.steps == [1, 3, 4, 2]
 
 
-def test_grounded_mode_shows_drafts_with_scores(make_services, all_modes, monkeypatch):
-    s = make_services()
+def test_grounded_mode_shows_drafts_with_scores(make_services):
     loaded = []
-    monkeypatch.setattr(s, "load_engine", lambda cfg: loaded.append(cfg.model) or object())
-    final = run(ChatController(s).respond(None, "q", Settings(mode="specrag")))[-1]
+    s = make_services(model_loader=lambda cfg: loaded.append(cfg.model) or FakeEngine())
+    final = run(ChatController(s).respond(None, "q", Settings(mode="grounded")))[-1]
     assert loaded == ["gemma3-270m"]  # the bundled verifier
     drafts = next(m for m in final.messages if m.get("metadata", {}).get("title", "").startswith("🧪 Drafts (2)"))
     assert "chosen #1" in drafts["metadata"]["title"]
@@ -157,7 +149,7 @@ def test_grounded_mode_shows_drafts_with_scores(make_services, all_modes, monkey
     assert drafts["metadata"]["status"] == "done"  # collapsed: shown on demand
 
 
-def test_unusable_draft_is_reported(make_services, all_modes):
+def test_unusable_draft_is_reported(make_services):
     def bad_draft(backend, name):
         raise ModelError(f"{name}: vocabulary differs from the target")
 
@@ -234,10 +226,14 @@ def test_remove_document_deletes_staged_copy(make_services, tmp_path):
 
 
 def test_stats_line_variants():
-    assert stats_line("plain", {}) == "⚡ Plain"
-    line = stats_line("rasd", {"generation": {"decode_tps": 10, "extra": {"mean_accepted": 3.0, "speedup_vs_plain": 2}}})
-    assert line == "⚡ Speedup (RASD) · 10.0 tok/s · 3.00 accepted tokens/step · 2.00× vs plain (est.)"
-    assert accepted_per_step({"generation": {"extra": {"accepted_per_step": [1, 2]}}}) == [1, 2]
+    assert stats_line("plain", AnswerStats(total_s=1.25)) == "⚡ Plain · 1.2 s"
+    decoder = RasdStats(mean_accepted=3.0, speedup_vs_plain=2.0, accepted_per_step=[1, 2])
+    stats = AnswerStats(total_s=2.0, generation=GenerationStats(generated_tokens=20, decode_seconds=2.0,
+                                                                decoder=decoder))
+    line = stats_line("rasd", stats)
+    assert line == "⚡ Speedup (RASD) · 10.0 tok/s · 3.00 accepted tokens/step · 2.00× vs plain (est.) · 20 tokens · 2.0 s"
+    assert stats_line("specrag", stats).startswith("⚡ Grounded (Speculative RAG) · ")  # an older chat's mode name
+    assert accepted_per_step(stats) == [1, 2] and accepted_per_step(None) == []
 
 
 def test_chunk_text_is_shown_literally():
@@ -247,13 +243,12 @@ def test_chunk_text_is_shown_literally():
     assert out.splitlines() == ["\\# Title  ", "\\- item  ", "12\\. step  ", "&lt;script&gt;x&lt;/script&gt;"]
 
 
-def test_rasd_acceptance_statistics_outlive_one_answer(make_services, all_modes):
+def test_rasd_acceptance_statistics_outlive_one_answer(make_services):
     """Every answer gets a fresh Answerer, but RASD's decoder (what it learned) carries over, until a model swap."""
-    s = make_services()
+    s = make_services(model_loader=lambda cfg: FakeEngine())
     first, _ = s.answerer(Settings(mode="rasd"))
     second, _ = s.answerer(Settings(mode="rasd"))
-    assert first.kwargs["rasd_state"] is second.kwargs["rasd_state"]
-    s._model_loader = lambda cfg: type(s.engine)()
+    assert first.rasd_state is second.rasd_state
     assert "Loaded" in s.swap_model("smollm2-135m-instruct", 0)
     third, _ = s.answerer(Settings(mode="rasd"))
-    assert third.kwargs["rasd_state"] is not first.kwargs["rasd_state"]
+    assert third.rasd_state is not first.rasd_state

@@ -6,18 +6,22 @@ from pathlib import Path
 
 import pytest
 
-from localrag.history import ChatStore, Turn, make_title
+from localrag.results import AnswerStats, Citation, GenerationStats, GroundedDraft, RasdStats
+from localrag.ui.history import ChatStore, Turn, make_title
 from localrag.ui.uploads import UploadError, inside, safe_name, stage_uploads
 
 
 def test_history_survives_reopen(tmp_path):
     store = ChatStore(tmp_path / "h.sqlite")
     a = store.new_chat("First question about the telescope")
-    store.add_turn(a, Turn("q1", "a1", "plain", citations=[{"file": "x.md", "label": "x.md line 1"}],
-                           stats={"total_s": 1.0}))
+    cite = Citation("x.md", None, 1, 1, "snip", "text", "v1:0", "x.md line 1")
+    stats = AnswerStats(mode="rasd", total_s=1.0,
+                        generation=GenerationStats(generated_tokens=3, decoder=RasdStats(accepted_per_step=[1, 2])))
+    store.add_turn(a, Turn("q1", "a1", "rasd", citations=[cite], stats=stats))
     b = store.new_chat("Second")
-    store.add_turn(b, Turn("q2", "a2", "rasd"))
-    store.add_turn(a, Turn("q3", "a3", "specrag", drafts=[{"answer": "d", "score": -1.0}]))
+    store.add_turn(b, Turn("q2", "a2", "plain"))
+    draft = GroundedDraft("d", "r", [cite], -1.0, -2.0, -0.5, -1.0, subset=(0, 2))
+    store.add_turn(a, Turn("q3", "a3", "grounded", drafts=[draft]))
     store.close()
 
     again = ChatStore(tmp_path / "h.sqlite")
@@ -26,8 +30,8 @@ def test_history_survives_reopen(tmp_path):
     assert chats[0].title == "First question about the telescope" and chats[0].n_turns == 2
     turns = again.turns(a)
     assert [t.question for t in turns] == ["q1", "q3"]
-    assert turns[0].citations[0]["label"] == "x.md line 1" and turns[0].stats == {"total_s": 1.0}
-    assert turns[1].drafts[0]["score"] == -1.0 and turns[1].mode == "specrag"
+    assert turns[0].citations == [cite] and turns[0].stats == stats  # read back into the same types
+    assert turns[1].drafts == [draft] and turns[1].mode == "grounded" and turns[1].stats is None
     assert again.pop_last_turn(a).question == "q3"
     assert [t.question for t in again.turns(a)] == ["q1"]
     again.delete_chat(b)

@@ -1,6 +1,6 @@
 """Clustering, subset construction, score arithmetic and selection (no LLM; fast).
 
-Run: .venv/bin/python -m pytest tests/specrag/test_subsets.py -q
+Run: .venv/bin/python -m pytest tests/grounded/test_subsets.py -q
 """
 
 from __future__ import annotations
@@ -10,20 +10,11 @@ import math
 import numpy as np
 import pytest
 
-from localrag.answer import Draft
-from localrag.config import SpecRagConfig
-from localrag.specrag import (
-    DraftTokens,
-    VerifyScore,
-    cluster,
-    combined_score,
-    make_subsets,
-    random_subsets,
-    select,
-    share_plan,
-    shared_prefix_order,
-    short_answer,
-)
+from localrag.config import GroundedConfig
+from localrag.grounded.drafting import DrafterOutput, SpanCopy, share_plan
+from localrag.grounded.scoring import VerifyScore, combined_score, select, short_answer
+from localrag.grounded.subsets import cluster, make_subsets, random_subsets, shared_prefix_order
+from localrag.results import GroundedDraft
 
 
 def test_kmeans_separates_two_blobs():
@@ -84,22 +75,22 @@ def test_random_subsets_for_the_no_clustering_ablation():
 
 
 def test_combined_score_is_length_normalised_sum_of_logs():
-    d = DraftTokens(prompt=[1], rationale=[5, 6, 7], answer=[8], rationale_lp=[-1.0, -2.0, -0.5], answer_lp=[-0.5])
+    d = DrafterOutput(prompt=[1], rationale=[5, 6, 7], answer=[8], rationale_lp=[-1.0, -2.0, -0.5], answer_lp=[-0.5])
     v = VerifyScore(consistency=-8.0, reflection=-0.25, n_tokens=5)
     assert d.logprob == pytest.approx(-4.0)
     # mean draft log-prob (-4/4) + mean consistency (-8/5) + log p(Yes)
     assert combined_score(d, v) == pytest.approx(-1.0 - 1.6 - 0.25)
     assert combined_score(d, None) == pytest.approx(-1.0)  # drafter-only ablation
-    assert math.isfinite(combined_score(DraftTokens(prompt=[1]), VerifyScore(0.0, -1.0, 0)))
+    assert math.isfinite(combined_score(DrafterOutput(prompt=[1]), VerifyScore(0.0, -1.0, 0)))
 
 
-def _draft(answer: str, score: float) -> Draft:
-    return Draft(answer=answer, rationale="", citations=[], draft_logprob=0.0, consistency=0.0, reflection=0.0,
+def _draft(answer: str, score: float) -> GroundedDraft:
+    return GroundedDraft(answer=answer, rationale="", citations=[], draft_logprob=0.0, consistency=0.0, reflection=0.0,
                  score=score)
 
 
 def test_select_skips_refusals_and_applies_the_threshold():
-    cfg = SpecRagConfig(min_score=-3.0)
+    cfg = GroundedConfig(min_score=-3.0)
     best, ok = select([_draft("not in the documents", 0.0), _draft("30 days", -2.0), _draft("14 days", -2.5)], cfg)
     assert best.answer == "30 days" and ok
     best, ok = select([_draft("30 days", -4.0)], cfg)
@@ -108,8 +99,6 @@ def test_select_skips_refusals_and_applies_the_threshold():
 
 
 def test_share_plan_reuses_the_longest_earlier_prefix():
-    from localrag.specrag import share_plan
-
     sys_, a, b, c = [1, 2, 3], [10, 11], [20, 21], [30, 31]
     prompts = [sys_ + a + b, sys_ + a + c, sys_ + b + c, sys_ + a + b]
     parent, shared, waves = share_plan(prompts)
@@ -119,8 +108,6 @@ def test_share_plan_reuses_the_longest_earlier_prefix():
 
 
 def test_span_copy_allows_exactly_the_continuations_of_a_copied_span():
-    from localrag.specdraft import SpanCopy
-
     copy = SpanCopy([[5, 6, 7, 6, 8], [6, 9]])
     assert copy.next_tokens() == {5, 6, 7, 8, 9}  # any token of any source may start a span
     copy.take(6)  # occurs at source 0 positions 1 and 3, source 1 position 0

@@ -2,7 +2,7 @@
 the unsupported-answer path, and citations of the chunks actually used.
 
 Drafter: bundled SmolLM2-135M-Instruct; verifier: bundled Gemma-3-270M (another vocabulary).
-Run: HF_HUB_OFFLINE=1 .venv/bin/python -m pytest tests/specrag/test_pipeline.py -q
+Run: HF_HUB_OFFLINE=1 .venv/bin/python -m pytest tests/grounded/test_pipeline.py -q
 """
 
 from __future__ import annotations
@@ -12,20 +12,14 @@ import math
 import numpy as np
 import pytest
 
-from localrag.config import SpecRagConfig
-from localrag.specdraft import SpanCopy, chunk_tokens
-from localrag.specrag import (
-    SpeculativeRAG,
-    draft,
-    draft_prompt,
-    retrieve,
-    verifier_segments,
-    verify,
-)
+from localrag.config import GroundedConfig
+from localrag.grounded.drafting import SpanCopy, chunk_tokens, draft_prompt, write_drafts
+from localrag.grounded.pipeline import GroundedPipeline, retrieve
+from localrag.grounded.scoring import score_drafts, verifier_segments
 
 pytestmark = pytest.mark.slow
 
-CFG = SpecRagConfig(rationale_tokens=16, answer_tokens=8, m=3)
+CFG = GroundedConfig(rationale_tokens=16, answer_tokens=8, m=3)
 NOTICE_Q = "How many days of notice are needed to terminate the agreement?"
 
 
@@ -50,8 +44,8 @@ SUBSETS = [
 
 def test_concurrent_drafting_equals_sequential(drafter):
     prompts = _prompts(drafter, SUBSETS)
-    together = draft(drafter.backend, prompts, CFG)
-    one_by_one = [draft(drafter.backend, [p], CFG)[0] for p in prompts]
+    together = write_drafts(drafter.backend, prompts, CFG)
+    one_by_one = [write_drafts(drafter.backend, [p], CFG)[0] for p in prompts]
     for a, b in zip(together, one_by_one, strict=True):
         assert a.rationale + a.forced + a.answer == b.rationale + b.forced + b.answer
         assert a.answer_text == b.answer_text and a.rationale_text == b.rationale_text
@@ -61,7 +55,7 @@ def test_concurrent_drafting_equals_sequential(drafter):
 
 
 def test_draft_logprob_matches_token_by_token_decoding(drafter):
-    d = draft(drafter.backend, _prompts(drafter, SUBSETS[:1]), CFG)[0]
+    d = write_drafts(drafter.backend, _prompts(drafter, SUBSETS[:1]), CFG)[0]
     assert d.n_tokens > 0
     be = drafter.backend
     be.reset()
@@ -81,8 +75,8 @@ def test_extractive_drafts_copy_spans_and_keep_the_drafters_own_logprob(drafter)
     prompts = _prompts(drafter, SUBSETS)
     sources = [chunk_tokens(drafter, texts) for texts in SUBSETS]
     cfg = CFG.with_(extractive=True)
-    together = draft(drafter.backend, prompts, cfg, sources=sources)
-    one_by_one = [draft(drafter.backend, [p], cfg, sources=[s])[0] for p, s in zip(prompts, sources, strict=True)]
+    together = write_drafts(drafter.backend, prompts, cfg, sources=sources)
+    one_by_one = [write_drafts(drafter.backend, [p], cfg, sources=[s])[0] for p, s in zip(prompts, sources, strict=True)]
     for a, b in zip(together, one_by_one, strict=True):  # concurrent == sequential here too
         assert a.rationale + a.forced + a.answer == b.rationale + b.forced + b.answer
     be = drafter.backend
@@ -115,7 +109,7 @@ def test_extractive_drafts_copy_spans_and_keep_the_drafters_own_logprob(drafter)
 def test_verifier_scores_match_token_by_token_decoding(verifier):
     drafts = [("30 days", "Either party may terminate this agreement with 30 days written notice."),
               ("14 days", "Invoices are due within 14 days.")]
-    scores = verify(verifier.backend, NOTICE_Q, drafts, CFG)
+    scores = score_drafts(verifier.backend, NOTICE_Q, drafts, CFG)
     be = verifier.backend
     for (answer, rationale), got in zip(drafts, scores, strict=True):
         tokens, scored, yes_at = verifier_segments(be, NOTICE_Q, answer, rationale, CFG)
@@ -138,10 +132,12 @@ def test_verifier_scores_match_token_by_token_decoding(verifier):
 
 def test_answer_reports_drafts_scores_timing_and_cites_the_used_chunks(index, drafter, verifier):
     cfg = CFG.with_(min_score=-1e9)  # always supported: this test is about citations
-    result = SpeculativeRAG(drafter, verifier, cfg).answer(NOTICE_Q, index)
-    assert result.supported and result.mode == "specrag"
-    for key in ("retrieve_s", "cluster_s", "draft_s", "verify_s", "total_s"):
-        assert result.stats[key] >= 0
+    result = GroundedPipeline(drafter, verifier, cfg).answer(NOTICE_Q, index)
+    assert result.supported and result.mode == "grounded"
+    gs = result.stats.grounded
+    for value in (result.stats.retrieval.seconds, gs.cluster_s, gs.draft_s, gs.verify_s, result.stats.total_s):
+        assert value >= 0
+    assert gs.n_drafts == len(result.drafts) and result.stats.mode == "grounded"
     assert 1 <= len(result.drafts) <= cfg.m
     assert len({d.subset for d in result.drafts}) == len(result.drafts)  # unique subsets
     assert [d.score for d in result.drafts] == sorted((d.score for d in result.drafts), reverse=True)
@@ -162,16 +158,16 @@ def test_answer_reports_drafts_scores_timing_and_cites_the_used_chunks(index, dr
 
 
 def test_nothing_relevant_means_no_answer_is_invented(index, drafter, verifier):
-    result = SpeculativeRAG(drafter, verifier, CFG).answer("What is the melting point of tungsten in kelvin?", index)
+    result = GroundedPipeline(drafter, verifier, CFG).answer("What is the melting point of tungsten in kelvin?", index)
     assert not result.supported
     assert result.drafts == [] and result.citations == []
     assert "documents don't answer" in result.text
     assert "melting point of tungsten" in result.searched and result.searched in result.text
-    assert result.stats["unsupported_reason"] == "nothing relevant was retrieved"
+    assert result.stats.grounded.unsupported_reason == "nothing relevant was retrieved"
 
 
 def test_no_draft_above_threshold_is_unsupported(index, drafter, verifier):
-    result = SpeculativeRAG(drafter, verifier, CFG.with_(min_score=1e9)).answer(NOTICE_Q, index)
+    result = GroundedPipeline(drafter, verifier, CFG.with_(min_score=1e9)).answer(NOTICE_Q, index)
     assert not result.supported and result.citations == []
     assert result.drafts  # shown for inspection, but not returned as the answer
     assert "documents don't answer" in result.text and result.searched in result.text
@@ -179,5 +175,5 @@ def test_no_draft_above_threshold_is_unsupported(index, drafter, verifier):
 
 
 def test_no_index_is_unsupported(drafter, verifier):
-    result = SpeculativeRAG(drafter, verifier, CFG).answer(NOTICE_Q, None)
+    result = GroundedPipeline(drafter, verifier, CFG).answer(NOTICE_Q, None)
     assert not result.supported and "no document index" in result.searched

@@ -12,7 +12,7 @@ its path) and a source bit set (DRAFT, RETRIEVAL or both).
     small = tree.prune(8)                                                  # best 8 nodes, ancestor-closed
     tokens, parents = small.tokens, small.parents                          # -> Backend.eval_tree
 
-Run the unit tests: ``pytest tests/spec/test_tree.py``.
+Run the unit tests: ``pytest tests/rasd/test_tree.py``.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Fixtures for the Speculative RAG / answer-layer tests: real bundled models, a real small index.
 
-Run: HF_HUB_OFFLINE=1 .venv/bin/python -m pytest tests/specrag -q   (-m "not slow" for the fast subset)
+Run: HF_HUB_OFFLINE=1 .venv/bin/python -m pytest tests/grounded -q   (-m "not slow" for the fast subset)
 """
 
 from __future__ import annotations

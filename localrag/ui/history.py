@@ -20,6 +20,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from localrag.results import AnswerStats, Citation, GroundedDraft
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS chats (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -44,23 +46,40 @@ TITLE_CHARS = 60
 
 @dataclass
 class Turn:
-    """One exchange. citations/drafts are lists of plain dicts; stats a plain dict."""
+    """One exchange and what was shown with it (stored as JSON, read back into the same types)."""
 
     question: str
     answer: str = ""
     mode: str = "plain"
-    citations: list[dict] = field(default_factory=list)
-    stats: dict = field(default_factory=dict)
-    drafts: list[dict] = field(default_factory=list)
+    citations: list[Citation] = field(default_factory=list)
+    stats: AnswerStats | None = None
+    drafts: list[GroundedDraft] = field(default_factory=list)
     error: str = ""
     notes: list[str] = field(default_factory=list)  # not errors: "stopped", "empty collection", ...
     collection: str = ""
+    searched: str = ""  # what was searched, in words
     id: int | None = None
 
     def payload(self) -> str:
-        return json.dumps({"citations": self.citations, "stats": self.stats, "drafts": self.drafts,
-                           "error": self.error, "notes": self.notes, "collection": self.collection}, ensure_ascii=False,
-                          default=str)
+        return json.dumps({"citations": [c.to_dict() for c in self.citations],
+                           "stats": self.stats.to_dict() if self.stats is not None else None,
+                           "drafts": [d.to_dict() for d in self.drafts], "error": self.error, "notes": self.notes,
+                           "collection": self.collection, "searched": self.searched}, ensure_ascii=False)
+
+    @classmethod
+    def from_row(cls, tid: int, question: str, answer: str, mode: str, payload: str) -> Turn:
+        """A stored turn; a damaged payload loses its extras, never the question and answer."""
+        try:
+            extra = json.loads(payload)
+        except json.JSONDecodeError:
+            extra = {}
+        stats = extra.get("stats")
+        return cls(question=question, answer=answer, mode=mode, id=tid,
+                   citations=[Citation.from_dict(c) for c in extra.get("citations") or []],
+                   stats=AnswerStats.from_dict(stats) if stats else None,
+                   drafts=[GroundedDraft.from_dict(d) for d in extra.get("drafts") or []],
+                   error=extra.get("error") or "", notes=extra.get("notes") or [],
+                   collection=extra.get("collection") or "", searched=extra.get("searched") or "")
 
 
 @dataclass(frozen=True)
@@ -127,18 +146,7 @@ class ChatStore:
             rows = self._db.execute(
                 "SELECT id, question, answer, mode, payload FROM turns WHERE chat_id = ? ORDER BY id",
                 (chat_id,)).fetchall()
-        out = []
-        for tid, question, answer, mode, payload in rows:
-            try:
-                extra = json.loads(payload)
-            except json.JSONDecodeError:
-                extra = {}
-            out.append(Turn(question=question, answer=answer, mode=mode, id=tid,
-                            citations=extra.get("citations") or [], stats=extra.get("stats") or {},
-                            drafts=extra.get("drafts") or [], error=extra.get("error") or "",
-                            notes=extra.get("notes") or [],
-                            collection=extra.get("collection") or ""))
-        return out
+        return [Turn.from_row(*row) for row in rows]
 
     def list_chats(self) -> list[ChatInfo]:
         with self._lock:

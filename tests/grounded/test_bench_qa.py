@@ -1,20 +1,20 @@
 """bench qa's bookkeeping on deterministic fakes: which answer each method reports (the ablations and
 the oracle ceiling are picked from the same drafts), and the metrics over them.
 
-Run: .venv/bin/python -m pytest tests/specrag/test_bench_qa.py -q
+Run: .venv/bin/python -m pytest tests/grounded/test_bench_qa.py -q
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from localrag.answer import Draft
 from localrag.bench.qa import QARecord, calibrate, run_question, score_answer, summarize
-from localrag.config import SpecRagConfig
+from localrag.config import GroundedConfig
+from localrag.results import AnswerStats, GroundedDraft, GroundedStats
 
 
-def _draft(answer: str, score: float, draft_logprob: float) -> Draft:
-    return Draft(answer=answer, rationale="", citations=[], draft_logprob=draft_logprob, consistency=-1.0,
+def _draft(answer: str, score: float, draft_logprob: float) -> GroundedDraft:
+    return GroundedDraft(answer=answer, rationale="", citations=[], draft_logprob=draft_logprob, consistency=-1.0,
                  reflection=-0.5, score=score, n_draft_tokens=1, n_verify_tokens=1)
 
 
@@ -27,7 +27,7 @@ class _Reply:
 class _Result:
     drafts: list
     supported: bool
-    stats: dict = field(default_factory=lambda: {"verify_s": 0.0})
+    stats: AnswerStats = field(default_factory=lambda: AnswerStats(grounded=GroundedStats()))
 
 
 class FakeAnswerer:
@@ -36,14 +36,15 @@ class FakeAnswerer:
     def __init__(self, text: str):
         self.text = text
 
-    def ask(self, question, mode, gen, k):
-        return _Reply(self.text)
+
+def fake_ask(answerer: FakeAnswerer, request) -> _Reply:
+    return _Reply(answerer.text)
 
 
 class FakePipeline:
-    """Drafts sorted by combined score, as SpeculativeRAG returns them."""
+    """Drafts sorted by combined score, as GroundedPipeline returns them."""
 
-    def __init__(self, drafts: list[Draft], supported: bool = True):
+    def __init__(self, drafts: list[GroundedDraft], supported: bool = True):
         self.drafts, self.supported = drafts, supported
 
     def answer(self, question, index, config):
@@ -59,7 +60,7 @@ DRAFTS = [_draft("the Pacific Ocean coast", -6.0, -9.0),  # best combined score
 def test_each_method_reports_its_own_pick_from_the_same_drafts():
     rec = QARecord("Which coastline does Southern California touch?", ("doc",), ("Pacific",))
     row = run_question(FakeAnswerer("Answer: The Pacific."), FakeAnswerer("I don't know"), FakePipeline(DRAFTS),
-                       rec, None, SpecRagConfig(), k=5)
+                       rec, None, GroundedConfig(), k=5, ask=fake_ask)
     assert row["rag"][0] == "The Pacific"
     assert row["specrag"][0] == "the Pacific Ocean coast"
     assert row["drafter"][0] == "Los Angeles"
@@ -70,7 +71,8 @@ def test_each_method_reports_its_own_pick_from_the_same_drafts():
 def test_unsupported_and_unanswerable_rows_abstain():
     unanswerable = QARecord("What is the capital of Mars?", ("doc",), ())
     row = run_question(FakeAnswerer("not in the documents"), FakeAnswerer("Olympus"),
-                       FakePipeline(DRAFTS, supported=False), unanswerable, None, SpecRagConfig(), k=5)
+                       FakePipeline(DRAFTS, supported=False), unanswerable, None, GroundedConfig(), k=5,
+                       ask=fake_ask)
     assert row["rag"][0] is None and row["specrag"][0] is None and row["oracle"][0] is None
     assert row["norag"][0] == "Olympus"
 

@@ -1,13 +1,14 @@
-"""Speculative RAG drafting: m drafts from m chunk subsets, decoded concurrently on llama.cpp.
+"""Grounded mode's drafting (Speculative RAG): m drafts from m chunk subsets, decoded concurrently.
 
 Each subset's draft is one KV sequence of the drafter; every step is one llama_decode holding
-the next token of every unfinished draft (see ``draft``). A draft is
+the next token of every unfinished draft (see ``write_drafts``). A draft is
 
     "Rationale:" <evidence>  "\\nAnswer:" <answer>
 
-greedy, with the drafter's per-token log-probabilities kept for scoring (``DraftTokens``).
+greedy, with the drafter's per-token log-probabilities kept for scoring (``DrafterOutput``).
+The drafter must be a ``BatchBackend`` (llama.cpp): every step decodes all drafts in one batch.
 
-Extractive drafting (``SpecRagConfig.extractive``, off by default): the rationale and the answer
+Extractive drafting (``GroundedConfig.extractive``, off by default): the rationale and the answer
 must each be a contiguous span of the subset's chunks, token for token (``SpanCopy``). The pick
 is the drafter's own argmax over the tokens that continue a span (or a stop); the kept
 log-probability is the drafter's unconstrained log p of that token, so the draft score still says
@@ -15,22 +16,23 @@ how much the drafter believes it: its rationale is a real quote, its answer a ph
 documents. Measured with the bundled pair it answers worse than free drafts (the drafter copies
 sentence openings rather than the answer), so it is an option, not the default.
 
-    python -m localrag ask "How much notice ends the contract?" --mode specrag
+    python -m localrag ask "How much notice ends the contract?" --mode grounded
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
-from localrag.config import SpecRagConfig
+from localrag.backends.base import BatchBackend
+from localrag.config import GroundedConfig
+from localrag.engine import Engine
 
 
 @dataclass
-class DraftTokens:
+class DrafterOutput:
     """One draft as the drafter produced it (drafter token ids and per-token log-probs)."""
 
     prompt: list[int]
@@ -72,7 +74,7 @@ class SpanCopy:
                      if self.sources[s][p] == token and p + 1 < len(self.sources[s])]
 
 
-def draft_prompt(engine: Any, question: str, chunks: Sequence[str], cfg: SpecRagConfig) -> list[int]:
+def draft_prompt(engine: Engine, question: str, chunks: Sequence[str], cfg: GroundedConfig) -> list[int]:
     """Drafter prompt tokens: instructions, a one-shot example (if configured), this subset's
     chunks, the question, then "Rationale:"."""
     msgs = [{"role": "system", "content": cfg.drafter_prompt}]
@@ -84,7 +86,7 @@ def draft_prompt(engine: Any, question: str, chunks: Sequence[str], cfg: SpecRag
     return engine.encode_prompt(engine.prompt.render(msgs) + "Rationale:")
 
 
-def chunk_tokens(engine: Any, chunks: Sequence[str]) -> list[list[int]]:
+def chunk_tokens(engine: Engine, chunks: Sequence[str]) -> list[list[int]]:
     """The sources a draft may copy from, in the drafter's tokens. A leading space makes the first
     word tokenize as it does after "Rationale:" / "Answer:"."""
     return [engine.backend.tokenize(" " + c.strip(), add_special=False) for c in chunks]
@@ -102,8 +104,8 @@ def token_logprob(row: np.ndarray, token: int) -> float:
     return float(r[token] - mx - np.log(np.exp(r - mx).sum()))
 
 
-def draft(backend: Any, prompts: Sequence[list[int]], cfg: SpecRagConfig, seq_base: int = 0,
-          sources: Sequence[Sequence[Sequence[int]]] | None = None) -> list[DraftTokens]:
+def write_drafts(backend: BatchBackend, prompts: Sequence[list[int]], cfg: GroundedConfig, seq_base: int = 0,
+                 sources: Sequence[Sequence[Sequence[int]]] | None = None) -> list[DrafterOutput]:
     """Greedy drafts for all prompts at once: prompt i decodes in KV sequence seq_base + i.
 
     ``sources[i]``: the token sequences draft i must copy from when ``cfg.extractive`` (its
@@ -135,7 +137,7 @@ def draft(backend: Any, prompts: Sequence[list[int]], cfg: SpecRagConfig, seq_ba
             entries += [(t, shared[i] + j, seqs[i], j == len(rest) - 1) for j, t in enumerate(rest)]
         for i, row in zip(wave, decode_rows(backend, entries), strict=True):
             first[i] = row
-    drafts = [DraftTokens(prompt=list(p)) for p in prompts]
+    drafts = [DrafterOutput(prompt=list(p)) for p in prompts]
     pos = [len(p) for p in prompts]
     phase = ["rationale"] * n
     step = _Stepper(backend, cfg, forced, newline)
@@ -179,8 +181,8 @@ def share_plan(prompts: Sequence[Sequence[int]]) -> tuple[list[int], list[int], 
 class _Stepper:
     """Picks a draft's next token from its logits row, moves its phase, says what to feed next."""
 
-    backend: Any
-    cfg: SpecRagConfig
+    backend: BatchBackend
+    cfg: GroundedConfig
     forced: list[int]
     newline: int
 
@@ -196,7 +198,7 @@ class _Stepper:
         allowed = copier.next_tokens() | ({self.newline} if may_stop else set())
         return max(allowed, key=lambda t: row[t]) if allowed else None
 
-    def advance(self, d: DraftTokens, phase: list[str], i: int, row: np.ndarray,
+    def advance(self, d: DrafterOutput, phase: list[str], i: int, row: np.ndarray,
                 copier: SpanCopy | None) -> list[int]:
         cfg = self.cfg
         if phase[i] == "rationale":
@@ -231,7 +233,7 @@ class _Stepper:
             return []
         return [tok]
 
-    def _start_answer(self, d: DraftTokens, phase: list[str], i: int, copier: SpanCopy | None) -> list[int]:
+    def _start_answer(self, d: DrafterOutput, phase: list[str], i: int, copier: SpanCopy | None) -> list[int]:
         phase[i] = "answer"
         d.forced = list(self.forced)
         if copier is not None:
@@ -255,7 +257,7 @@ def _common_prefix(seqs: Sequence[Sequence[int]]) -> int:
     return n
 
 
-def decode_rows(backend: Any, entries: list[tuple[int, int, int, bool]]) -> list[np.ndarray]:
+def decode_rows(backend: BatchBackend, entries: list[tuple[int, int, int, bool]]) -> list[np.ndarray]:
     """Decode (token, pos, seq, want_logits) entries in n_batch-sized decodes; copies of the wanted rows."""
     rows: list[np.ndarray] = []
     step = backend.n_batch

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from localrag.spec.budget import Calibrator, CostModel, plan
+from localrag.rasd.budget import Calibrator, CostModel, plan
 
 
 def test_plan_prefers_plain_when_verification_is_expensive():
@@ -84,9 +84,9 @@ def test_realism_tracks_realised_over_expected_gain_within_bounds():
 
 
 def test_a_forced_probe_verifies_only_the_best_node():
-    from localrag.config import SpecConfig
-    from localrag.spec.rasd import Proposal, choose
-    from localrag.spec.tree import RETRIEVAL, TokenTree
+    from localrag.config import RasdConfig
+    from localrag.rasd.phases import Proposal, choose
+    from localrag.rasd.tree import RETRIEVAL, TokenTree
 
     tree = TokenTree(7)
     a = tree.add_node(0, 1, 0.9, RETRIEVAL)
@@ -95,14 +95,14 @@ def test_a_forced_probe_verifies_only_the_best_node():
     prop = Proposal(tree, [1.0, 0.9, 0.8, 0.5], draft_scored=False)
     acc = [1.0, 0.2, 0.2, 0.1]  # too low to pay on a steep cost curve
     cost = CostModel([1, 2, 4], [0.010, 0.014, 0.022])
-    assert choose(prop, acc, SpecConfig(), cost, 0.0, False, 8) == ([], 1.0)
-    keep, gain = choose(prop, acc, SpecConfig(), cost, 0.0, True, 8)
+    assert choose(prop, acc, RasdConfig(), cost, 0.0, False, 8) == ([], 1.0)
+    keep, gain = choose(prop, acc, RasdConfig(), cost, 0.0, True, 8)
     assert keep == [0, 1]
     assert gain == pytest.approx(1.2 * 0.010 / 0.014)
 
 
 def test_draft_bandit_a_winning_probe_restores_the_draft():
-    from localrag.spec.budget import DraftBandit
+    from localrag.rasd.budget import DraftBandit
 
     arm = DraftBandit(plain_rate=20.0, probe_every=4)
     assert arm.use_draft()  # untried: the draft runs first
@@ -118,7 +118,7 @@ def test_draft_bandit_a_winning_probe_restores_the_draft():
 
 
 def test_draft_bandit_lost_probes_double_the_wait():
-    from localrag.spec.budget import DraftBandit
+    from localrag.rasd.budget import DraftBandit
 
     arm = DraftBandit(plain_rate=20.0, probe_every=2)
     arm.record(True, 10.0)
@@ -133,8 +133,8 @@ def test_draft_bandit_lost_probes_double_the_wait():
 
 def test_sibling_estimates_are_exclusive():
     """The target accepts at most one child of a node: their estimates never sum past the parent's."""
-    from localrag.spec.rasd import Proposal, estimate, keys_for
-    from localrag.spec.tree import RETRIEVAL, TokenTree
+    from localrag.rasd.phases import Proposal, estimate, keys_for
+    from localrag.rasd.tree import RETRIEVAL, TokenTree
 
     cal = Calibrator()
     for _ in range(50):

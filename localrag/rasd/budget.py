@@ -25,6 +25,7 @@ decoding. Both sides are measured on this machine, never assumed:
 from __future__ import annotations
 
 import bisect
+import contextlib
 import hashlib
 import json
 import os
@@ -36,29 +37,24 @@ from pathlib import Path
 import numpy as np
 
 from localrag.backends.base import Backend
+from localrag.config import default_cache_dir
 
 PROBE_KS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
 
 
-def cache_dir() -> Path:
-    return Path(os.environ.get("LOCALRAG_CACHE_DIR", Path.home() / ".cache" / "localrag"))
-
-
 def device_key(backend: Backend) -> str:
     """What T(k) depends on: the model file, backend kind, offload, threads, machine."""
-    spec = getattr(backend, "spec", None)
-    path = Path(getattr(spec, "path", "") or "")
-    try:
-        st = path.stat()
-        fid = f"{path.resolve()}:{st.st_size}:{int(st.st_mtime)}"
-    except OSError:
-        fid = f"{getattr(backend, 'name', '?')}"
-    cfg = getattr(backend, "config", None)
+    fid = backend.name
+    if backend.model_spec is not None:
+        path = Path(backend.model_spec.path)
+        with contextlib.suppress(OSError):
+            st = path.stat()
+            fid = f"{path.resolve()}:{st.st_size}:{int(st.st_mtime)}"
     parts = [
         type(backend).__name__,
         fid,
-        f"gpu={getattr(backend, 'gpu_layers', getattr(backend, 'device', 'cpu'))}",
-        f"threads={getattr(cfg, 'n_threads', None) or os.cpu_count()}",
+        f"gpu={backend.device_label}",
+        f"threads={backend.config.n_threads or os.cpu_count()}",
         f"host={platform.node()}:{platform.machine()}:{os.cpu_count()}",
     ]
     return "|".join(parts)
@@ -162,7 +158,7 @@ class CostModel:
     def load_or_measure(cls, backend: Backend, max_k: int, refresh: bool = False) -> CostModel:
         key = device_key(backend)
         name = hashlib.sha1(key.encode()).hexdigest()[:16]
-        path = cache_dir() / "cost" / f"{name}.json"
+        path = default_cache_dir() / "cost" / f"{name}.json"
         if not refresh and path.exists():
             try:
                 d = json.loads(path.read_text())

@@ -19,7 +19,7 @@
   (a tree draft; a chain draft scores only what its chain already evaluated).
 
     draft = load_draft(target, "smollm2-135m-instruct")
-    dm = DraftModel(draft, spec)
+    dm = DraftModel(draft, RasdConfig())
     root_probs = dm.sync(target.tokens + [root])
     tree, dists = dm.grow(root, root_probs)
 """
@@ -31,9 +31,11 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from localrag.backends.base import Backend
-from localrag.config import ModelConfig, SpecConfig
+from localrag.backends.loader import load_backend
+from localrag.config import ModelConfig, RasdConfig
+from localrag.generation import backend_sync
 from localrag.models import ModelError
-from localrag.spec.tree import DRAFT, TokenTree
+from localrag.rasd.tree import DRAFT, TokenTree
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:
@@ -47,7 +49,7 @@ def softmax(logits: np.ndarray) -> np.ndarray:
 
 def check_vocab(target: Backend, draft: Backend) -> None:
     """Raise ModelError unless the two models have the same vocabulary, token by token."""
-    tname, dname = getattr(target, "name", "target"), getattr(draft, "name", "draft")
+    tname, dname = target.name, draft.name
     if target.n_vocab != draft.n_vocab:
         raise ModelError(
             f"draft model {dname} cannot draft for {tname}: vocabulary sizes differ "
@@ -68,14 +70,11 @@ def load_draft(target: Backend, model: str, config: ModelConfig | None = None) -
     The draft gets the target's context length; it never needs more KV sequences
     than the draft tree has leaves.
     """
-    from localrag.engine import load_backend
-
-    base = getattr(target, "config", None)
     cfg = config or ModelConfig(
         model=model,
-        n_ctx=getattr(target, "n_ctx", 4096),
-        n_threads=getattr(base, "n_threads", None),
-        n_gpu_layers=getattr(base, "n_gpu_layers", -1),
+        n_ctx=target.n_ctx,
+        n_threads=target.config.n_threads,
+        n_gpu_layers=target.config.n_gpu_layers,
     )
     draft = load_backend(cfg)
     try:
@@ -87,7 +86,7 @@ def load_draft(target: Backend, model: str, config: ModelConfig | None = None) -
 
 
 class DraftModel:
-    """The draft backend plus the tree-growing policy of a SpecConfig.
+    """The draft backend plus the tree-growing policy of a RasdConfig.
 
     chain: grow one greedy chain, one incremental ``decode_one`` per token on top of the
     draft's KV, instead of a tree whose every round re-evaluates its paths. Right where the
@@ -97,25 +96,17 @@ class DraftModel:
     expected acceptance saves (see ``RasdDecoder``).
     """
 
-    def __init__(self, backend: Backend, spec: SpecConfig, chain: bool | None = None, min_path_prob: float = 0.0):
+    def __init__(self, backend: Backend, config: RasdConfig, chain: bool | None = None, min_path_prob: float = 0.0):
         self.backend = backend
-        self.spec = spec
-        self.chain = bool(spec.draft_chain if chain is None else chain)
+        self.config = config
+        self.chain = bool(config.draft_chain if chain is None else chain)
         self.min_path_prob = min_path_prob
         self._n_root: int | None = None  # draft KV length through this step's root (set by sync)
 
     def sync(self, context: Sequence[int]) -> np.ndarray:
         """Make the draft's KV hold `context` (reusing the common prefix); (V,) probs after it."""
-        be = self.backend
-        common = 0
-        for a, b in zip(be.tokens, context, strict=False):
-            if a != b:
-                break
-            common += 1
-        common = min(common, len(context) - 1)  # evaluate >= 1 token for fresh logits
-        be.truncate(common)
-        probs = softmax(be.prefill(list(context[common:])))
-        self._n_root = be.n_past
+        probs = softmax(backend_sync(self.backend, list(context)))
+        self._n_root = self.backend.n_past
         return probs
 
     def _eval_nodes(self, tree: TokenTree, nodes: Sequence[int]) -> dict[int, np.ndarray]:
@@ -151,10 +142,10 @@ class DraftModel:
 
         accept: draft probability of a node -> its calibrated acceptance probability given its
         parent's (the chain's stop rule; default: the draft probability itself).
-        max_depth: the longest path (default spec.max_depth; less near the end of an answer).
+        max_depth: the longest path (default config.max_depth; less near the end of an answer).
         No node is grown below an end-of-generation token.
         Returns the tree and {node: (V,) draft probs after it} for expanded nodes."""
-        s = self.spec
+        s = self.config
         depth = s.max_depth if max_depth is None else min(max_depth, s.max_depth)
         if depth <= 0:
             return TokenTree(root), {0: root_probs}
@@ -200,7 +191,7 @@ class DraftModel:
         dists: dict[int, np.ndarray] = {0: root_probs}
         node, probs, a_path = 0, root_probs, 1.0
         best = accept(1.0)
-        depth = min(self.spec.draft_nodes, max_depth)
+        depth = min(self.config.draft_nodes, max_depth)
         for d in range(depth):
             tok = int(np.argmax(probs))
             p = float(probs[tok])

@@ -14,10 +14,10 @@ A lookup finds the longest suffix of the context (``max_match`` down to
 in it) that occurs with a continuation, collects the next ``max_depth`` tokens
 after each occurrence (most recent first, capped), and builds a trie with counts.
 
-    ds = Datastore(spec, separator=n_vocab)
-    ds.add_documents([tokens_of_doc1, tokens_of_doc2])
+    ds = Datastore(separator=n_vocab)                 # a token id no text contains
+    ds.set_documents([tokens_of_doc1, tokens_of_doc2])
     ds.set_context(prompt_ids)
-    trie = ds.lookup(context_ids, root_token)     # TokenTree, scores = path frequency
+    trie, match_len = ds.lookup(context_ids, root_token, max_depth=12)   # scores = path frequency
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 from pydivsufsort import divsufsort
 
-from localrag.spec.tree import RETRIEVAL, TokenTree
+from localrag.rasd.tree import RETRIEVAL, TokenTree
 
 
 class SuffixIndex:

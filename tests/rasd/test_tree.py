@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from localrag.spec.tree import BOTH, DRAFT, RETRIEVAL, TokenTree
+from localrag.rasd.tree import BOTH, DRAFT, RETRIEVAL, TokenTree
 
 
 def test_add_path_fuses_on_longest_prefix():
@@ -63,8 +63,8 @@ def test_select_rejects_orphans():
 
 
 def test_graft_hangs_retrieval_continuations_below_the_chain_tip():
-    from localrag.spec.budget import Calibrator
-    from localrag.spec.rasd import Proposal, graft, keys_for
+    from localrag.rasd.budget import Calibrator
+    from localrag.rasd.phases import Proposal, graft, keys_for
 
     chain = TokenTree(9)
     a = chain.add_node(0, 1, 0.9, DRAFT)

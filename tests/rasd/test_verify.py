@@ -13,8 +13,8 @@ from scipy.stats import chisquare
 
 from localrag.config import GenerationConfig
 from localrag.generation import Sampler
-from localrag.spec.tree import TokenTree
-from localrag.spec.verify import accept, accept_greedy
+from localrag.rasd.accept import accept, accept_greedy
+from localrag.rasd.tree import TokenTree
 
 N_RUNS = 20000
 

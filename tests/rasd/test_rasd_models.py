@@ -12,11 +12,11 @@ import sys
 import numpy as np
 import pytest
 
-from localrag.bench.speed import _margin_plain, run_generation, verify_noise
-from localrag.config import GenerationConfig, SpecConfig
+from localrag.bench.speed import MarginRecorder, run_generation, verify_noise
+from localrag.config import GenerationConfig, RasdConfig
 from localrag.models import ModelError
-from localrag.spec import load_draft, make_rasd_decoder
-from localrag.spec.budget import CostModel
+from localrag.rasd import RasdDecoder, load_draft
+from localrag.rasd.budget import CostModel
 
 pytestmark = pytest.mark.slow
 
@@ -47,14 +47,14 @@ def _chat_ids(engine, text):
 def _plain(engine, ids, cfg):
     """Plain greedy output, with its top-2 margins and the logits each token was picked from."""
     rec = {"margins": [], "top2": [], "logits": []}
-    rec["tokens"] = run_generation(engine, ids, cfg, _margin_plain(rec, cfg.max_tokens))["tokens"]
+    rec["tokens"] = run_generation(engine, ids, cfg, MarginRecorder(rec, cfg.max_tokens))["tokens"]
     return rec
 
 
-def _run_recorded(engine, ids, cfg, dec, stats, rec):
+def _run_recorded(engine, ids, cfg, dec, rec):
     """The speculative run, and the batched-vs-single noise it showed before any divergence."""
     dec.record_logits = []
-    got = run_generation(engine, ids, cfg, dec, stats)["tokens"]
+    got = run_generation(engine, ids, cfg, dec)["tokens"]
     noise = verify_noise(rec, dec.record_logits, got)["max_abs_logit_diff"]
     dec.record_logits = None
     return got, noise
@@ -74,23 +74,23 @@ def _same_or_near_tie(got, want, margins, bound):
 @pytest.mark.parametrize("use_budget", [False, True])
 def test_greedy_rasd_equals_plain(smollm2_engine, use_budget):
     engine = smollm2_engine
-    spec = SpecConfig(use_budget=use_budget, calibrate=False)
-    dec, stats = make_rasd_decoder(engine.backend, spec, cost=CHEAP)
+    config = RasdConfig(use_budget=use_budget, calibrate=False)
+    dec = RasdDecoder(engine.backend, config, cost=CHEAP)
     cfg = GenerationConfig(max_tokens=48, stop=engine.prompt.stop)
     runs, bound = [], 0.0
     for text, docs in PROMPTS:
         ids = _chat_ids(engine, text)
         rec = _plain(engine, ids, cfg)
         dec.set_documents(docs)
-        got, noise = _run_recorded(engine, ids, cfg, dec, stats, rec)
+        got, noise = _run_recorded(engine, ids, cfg, dec, rec)
         runs.append((got, rec))
         bound = max(bound, noise)  # the noise bound is pooled over the prompts, as in bench speed
         if not use_budget:
-            assert stats["spec_steps"] == stats["steps"] or stats["plain_steps"] > 0
+            assert dec.stats.spec_steps == dec.stats.steps or dec.stats.plain_steps > 0
     identical = sum(_same_or_near_tie(got, rec["tokens"], rec["margins"], bound) for got, rec in runs)
     assert identical >= 2
     if not use_budget:
-        assert stats["mean_accepted"] >= 1.0
+        assert dec.stats.mean_accepted >= 1.0
 
 
 def test_probe_schedule_outlives_an_answer(smollm2_engine):
@@ -98,33 +98,33 @@ def test_probe_schedule_outlives_an_answer(smollm2_engine):
     verify, each doubling the wait before the next; the next answer continues that schedule
     instead of paying its first probes again."""
     engine = smollm2_engine
-    spec = SpecConfig(calibrate=False, probe_every=2)
-    dec, stats = make_rasd_decoder(engine.backend, spec, cost=CostModel.linear(0.01, 0.01))
+    config = RasdConfig(calibrate=False, probe_every=2)
+    dec = RasdDecoder(engine.backend, config, cost=CostModel.linear(0.01, 0.01))
     cfg = GenerationConfig(max_tokens=32, stop=engine.prompt.stop)
     ids = _chat_ids(engine, "Write a short poem about the sea and the sea wind.")
-    run_generation(engine, ids, cfg, dec, stats)
-    first = stats["probe_steps"]
-    assert first == stats["spec_steps"] >= 2
-    assert dec._probe_wait == min(spec.probe_every * 2**first, 8 * spec.probe_every)
-    run_generation(engine, ids, cfg, dec, stats)
-    assert stats["probe_steps"] < first
+    run_generation(engine, ids, cfg, dec)
+    first = dec.stats.probe_steps
+    assert first == dec.stats.spec_steps >= 2
+    assert dec._probe_wait == min(config.probe_every * 2**first, 8 * config.probe_every)
+    run_generation(engine, ids, cfg, dec)
+    assert dec.stats.probe_steps < first
 
 
 def test_target_as_draft_accepts_every_drafted_token(smollm2_engine, smollm2_draft):
     engine = smollm2_engine
-    spec = SpecConfig(
+    config = RasdConfig(
         use_budget=False, use_retrieval=False, draft_chain=True, draft_depth=4, draft_nodes=4, calibrate=False
     )
-    dec, stats = make_rasd_decoder(engine.backend, spec, draft=smollm2_draft, cost=CHEAP)
+    dec = RasdDecoder(engine.backend, config, draft=smollm2_draft, cost=CHEAP)
     cfg = GenerationConfig(max_tokens=40, stop=engine.prompt.stop)
     ids = _chat_ids(engine, PROMPTS[2][0])
     rec = _plain(engine, ids, cfg)
-    got, bound = _run_recorded(engine, ids, cfg, dec, stats, rec)
+    got, bound = _run_recorded(engine, ids, cfg, dec, rec)
     _same_or_near_tie(got, rec["tokens"], rec["margins"], bound)
-    drafted = stats["drafted_by_source"]["draft"]
-    accepted = stats["accepted_by_source"].get("draft", 0)
+    drafted = dec.stats.drafted_by_source["draft"]
+    accepted = dec.stats.accepted_by_source.get("draft", 0)
     assert drafted >= 20
-    assert accepted / drafted >= 0.9, stats  # all of them, near-ties (batched vs single numerics) aside
+    assert accepted / drafted >= 0.9, dec.stats  # all of them, near-ties (batched vs single numerics) aside
 
 
 def _kv_clean(be) -> None:
@@ -140,27 +140,27 @@ def test_no_draft_past_the_answers_length(smollm2_engine, smollm2_draft):
     """Generation tells the decoder how many tokens the answer can still take: the last step drafts
     only what it can emit (4-token chains, all accepted: 1 + 5 + 5 tokens would overshoot 8)."""
     engine = smollm2_engine
-    spec = SpecConfig(
+    config = RasdConfig(
         use_budget=False, use_retrieval=False, draft_chain=True, draft_nodes=4, calibrate=False
     )
-    dec, stats = make_rasd_decoder(engine.backend, spec, draft=smollm2_draft, cost=CHEAP)
+    dec = RasdDecoder(engine.backend, config, draft=smollm2_draft, cost=CHEAP)
     cfg = GenerationConfig(max_tokens=8)
     ids = _chat_ids(engine, PROMPTS[2][0])
-    run_generation(engine, ids, cfg, dec, stats)
-    assert 1 + sum(stats["accepted_per_step"]) <= 8
-    assert stats["drafted_by_source"]["draft"] <= 6, stats  # 4 + 2: the second chain stops at the limit
+    run_generation(engine, ids, cfg, dec)
+    assert 1 + sum(dec.stats.accepted_per_step) <= 8
+    assert dec.stats.drafted_by_source["draft"] <= 6, dec.stats  # 4 + 2: the second chain stops at the limit
 
 
 def test_kv_consistent_with_fresh_prefill_across_steps_and_turns(smollm2_engine, smollm2_draft):
     engine = smollm2_engine
     be = engine.backend
-    spec = SpecConfig(use_budget=False, calibrate=False)
-    dec, stats = make_rasd_decoder(be, spec, cost=CHEAP, documents=[DOC])
+    config = RasdConfig(use_budget=False, calibrate=False)
+    dec = RasdDecoder(be, config, cost=CHEAP, documents=[DOC])
     messages = [{"role": "user", "content": PROMPTS[0][0]}]
     total_steps = 0
     for turn in range(3):
-        gen = engine.chat(messages, GenerationConfig(max_tokens=40), decoder=dec, decoder_stats=stats).run()
-        total_steps += stats["steps"]
+        gen = engine.chat(messages, GenerationConfig(max_tokens=40), decoder=dec).run()
+        total_steps += dec.stats.steps
         _kv_clean(be)
         messages += [
             {"role": "assistant", "content": gen.text},
@@ -178,7 +178,7 @@ def test_kv_consistent_with_fresh_prefill_across_steps_and_turns(smollm2_engine,
         assert np.max(np.abs(got - want)) < 2.0  # batched-vs-single noise only (~1.5 on this CPU)
         assert int(np.argmax(got)) == int(np.argmax(want)) or np.sort(want)[-1] - np.sort(want)[-2] < 2.0
     assert total_steps >= 12
-    assert stats["spec_steps"] > 0
+    assert dec.stats.spec_steps > 0
 
 
 def test_vocab_mismatch_is_a_clear_error(smollm2):
@@ -209,7 +209,7 @@ def test_cli_generate_rasd_json(tmp_path):
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr
     d = json.loads(out.stdout)
-    extra = d["stats"]["extra"]
+    decoder = d["stats"]["decoder"]
     for key in (
         "steps",
         "mean_accepted",
@@ -218,7 +218,7 @@ def test_cli_generate_rasd_json(tmp_path):
         "speedup_vs_plain",
         "tree_size_mean",
     ):
-        assert key in extra
+        assert key in decoder
     bad = subprocess.run(
         [sys.executable, "-m", "localrag", "generate", "--mode", "rasd", "--draft", "gemma3-270m", "hi"],
         capture_output=True,

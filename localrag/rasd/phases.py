@@ -22,10 +22,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from localrag.config import SpecConfig
-from localrag.spec.budget import Calibrator, CostModel, plan
-from localrag.spec.draft import DraftModel
-from localrag.spec.tree import DRAFT, RETRIEVAL, TokenTree
+from localrag.config import RasdConfig
+from localrag.rasd.budget import Calibrator, CostModel, plan
+from localrag.rasd.draft import DraftModel
+from localrag.rasd.tree import DRAFT, RETRIEVAL, TokenTree
 
 
 @dataclass
@@ -49,7 +49,7 @@ class Proposal:
 
 def prune_retrieval(
     rtree: TokenTree,
-    spec: SpecConfig,
+    config: RasdConfig,
     draft: DraftModel | None = None,
     known: dict[tuple[int, ...], np.ndarray] | None = None,
 ) -> tuple[TokenTree, list[float]]:
@@ -65,8 +65,8 @@ def prune_retrieval(
         rtree.scores[v] = rtree.scores[rtree.parents[v]] * cond[v] if rtree.parents[v] > 0 else cond[v]
     # a node the draft gave probability 0 (or did not score) is never worth verifying; its
     # descendants score 0 as well, so the order stays ancestor-closed
-    ranked = [v for v in rtree.ranked(spec.retrieval_min_score) if rtree.scores[v] > 0.0]
-    keep = [0, *ranked[: spec.retrieval_top]]
+    ranked = [v for v in rtree.ranked(config.retrieval_min_score) if rtree.scores[v] > 0.0]
+    keep = [0, *ranked[: config.retrieval_top]]
     old = sorted(keep)
     return rtree.select(keep), [cond[o] for o in old]
 
@@ -129,28 +129,29 @@ def estimate(prop: Proposal, keys: list[tuple], cal: Calibrator) -> list[float]:
 def choose(
     prop: Proposal,
     acc: list[float],
-    spec: SpecConfig,
+    config: RasdConfig,
     cost: CostModel,
     overhead_s: float,
     force: bool,
     max_nodes: int,
     min_gain: float | None = None,
-) -> tuple[list[int], float]:
+) -> tuple[list[int], float | None]:
     """Nodes to verify (original indices, root first) and the expected gain over plain.
 
     Best-first by a(v) (ancestor-closed); the size maximises expected tokens per
     second on the cost curve. [] means a plain step pays better than `min_gain` times
-    plain (default spec.min_gain), unless `force`."""
+    plain (default config.min_gain), unless `force`. The gain is None when the budget is
+    off (``use_budget=False``: the whole pruned tree is verified, no estimate made)."""
     t = prop.tree
     saved = t.scores
     t.scores = acc
-    order = [v for v in t.ranked() if t.depths[v] <= spec.max_depth][:max_nodes]
+    order = [v for v in t.ranked() if t.depths[v] <= config.max_depth][:max_nodes]
     t.scores = saved
     if not order:
         return [], 1.0
-    if not spec.use_budget:
-        return [0, *order], float("nan")
-    need = spec.min_gain if min_gain is None else min_gain
+    if not config.use_budget:
+        return [0, *order], None
+    need = config.min_gain if min_gain is None else min_gain
     k, gain = plan([acc[v] for v in order], cost, overhead_s, need)
     if k == 0 and force:
         # probe: only the best node. A probe exists to learn whether acceptance has risen (one

@@ -6,7 +6,7 @@ target emits after it. Output is distributed exactly as plain decoding's.
 
     path, bonus = accept(tree, rows, sampler)     # rows: (n, V) target logits
 
-Tests: ``pytest tests/spec/test_verify.py`` (chi-square on a real vocabulary slice).
+Tests: ``pytest tests/rasd/test_verify.py`` (chi-square on a real vocabulary slice).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from localrag.generation import Sampler
-from localrag.spec.tree import TokenTree
+from localrag.rasd.tree import TokenTree
 
 
 def accept_greedy(tree: TokenTree, rows: np.ndarray) -> tuple[list[int], int]:

@@ -6,7 +6,7 @@ import time
 
 import numpy as np
 
-from localrag.spec.retrieval import Datastore, SuffixIndex
+from localrag.rasd.retrieval import Datastore, SuffixIndex
 
 
 def test_suffix_index_finds_all_occurrences():

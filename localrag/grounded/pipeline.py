@@ -1,0 +1,151 @@
+"""Grounded mode, Speculative RAG (arXiv 2407.08223): drafts from chunk subsets, one-pass
+verification, citations (docs/design.md, "Grounded: Speculative RAG").
+
+Pipeline, one function per phase:
+
+    retrieve        top-n chunks from the document index (hybrid search) + a relevance gate
+    cluster         MiniLM vectors of the chunks -> k-means into k clusters (scikit-learn)
+    make_subsets    m unique subsets, one chunk per cluster (ordered by retrieval rank)
+    shared_prefix_order  each subset's chunks in the prompt order that lets drafter prompts share
+                    KV prefixes (a chunk several subsets hold is prefilled once, not per subset)
+    write_drafts    the small drafter writes "Rationale: ... Answer: ..." per subset (or, with
+                    ``extractive``, copies both from the subset's chunks); all subsets decode
+                    concurrently as llama.cpp sequences in one batch (``grounded.drafting``)
+    score_drafts    the verifier scores each draft's TEXT (its own tokenizer) in one pass over
+                    [question, answer, rationale, reflection question, "Yes"] (``grounded.scoring``)
+    select          best combined score; below the calibrated threshold -> "not in the documents"
+
+The scores and their normalisation: ``localrag.grounded.scoring``.
+
+    pipe = GroundedPipeline(Engine.load(ModelConfig()), load_verifier(GroundedConfig(), ModelConfig()))
+    result = pipe.answer("How much notice ends the contract?", DocumentIndex(IndexConfig()))
+    print(result.text, [c.label for c in result.citations], result.stats.grounded)
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import numpy as np
+
+from localrag.backends.base import BatchBackend
+from localrag.config import GenerationConfig, GroundedConfig, ModelConfig
+from localrag.engine import Engine
+from localrag.grounded.drafting import chunk_tokens, draft_prompt, write_drafts
+from localrag.grounded.scoring import combined_score, score_drafts, select, short_answer
+from localrag.grounded.subsets import cluster, make_subsets, random_subsets, shared_prefix_order
+from localrag.rag.index import DocumentIndex
+from localrag.rag.records import Hit
+from localrag.results import AnswerResult, AnswerStats, Citation, GroundedDraft, GroundedStats, RetrievalStats
+
+
+def verifier_config(config: GroundedConfig, base: ModelConfig) -> ModelConfig:
+    """How the verifier loads (bundled gemma3-270m unless configured): on the same device and
+    threads as the target `base`, with a batch that holds every draft's scoring input at once."""
+    return ModelConfig(model=config.verifier, n_ctx=4096, n_batch=1024, n_gpu_layers=base.n_gpu_layers,
+                       n_threads=base.n_threads)
+
+
+def load_verifier(config: GroundedConfig, base: ModelConfig) -> Engine:
+    return Engine.load(verifier_config(config, base))
+
+
+def drafter_problem(drafter: Engine) -> str:
+    """Why `drafter` cannot write Grounded drafts ('' when it can): they decode concurrently as KV
+    sequences of one batch, which needs the llama.cpp backend."""
+    if isinstance(drafter.backend, BatchBackend):
+        return ""
+    return (f"Grounded mode drafts with several KV sequences in one batch, which the "
+            f"{type(drafter.backend).__name__} of {drafter.model_name} cannot do; load a GGUF model "
+            "with the llama.cpp backend")
+
+
+def retrieve(index: DocumentIndex | None, question: str, cfg: GroundedConfig) -> tuple[list[Hit], list[Hit]]:
+    """(hits, relevant hits): the top-n chunks, and those passing the dense-similarity gate."""
+    if index is None:
+        return [], []
+    hits = index.search(question, cfg.n)
+    relevant = [h for h in hits if (h.dense_score or 0.0) >= cfg.min_relevance]
+    return hits, relevant
+
+
+class GroundedPipeline:
+    """drafter (small, chat-tuned, llama.cpp) + verifier (larger; any vocabulary) over a document index."""
+
+    def __init__(self, drafter: Engine, verifier: Engine, config: GroundedConfig | None = None):
+        why = drafter_problem(drafter) or drafter_problem(verifier)
+        if why:
+            raise ValueError(why)
+        self.drafter = drafter
+        self.verifier = verifier
+        self.config = config or GroundedConfig()
+
+    def answer(self, question: str, index: DocumentIndex | None, gen: GenerationConfig | None = None,
+               config: GroundedConfig | None = None) -> AnswerResult:
+        cfg = config or self.config
+        t0 = time.perf_counter()
+        hits, relevant = retrieve(index, question, cfg)
+        name = index.config.collection if index is not None else None
+        retrieval = RetrievalStats(query=question, collection=name, k=cfg.n, n_chunks=len(hits),
+                                   n_relevant=len(relevant), seconds=time.perf_counter() - t0,
+                                   note="" if index is not None else "no index")
+        searched = (f'searched "{question}" in collection "{name}" (top {cfg.n}): {len(hits)} chunks, '
+                    f"{len(relevant)} above relevance {cfg.min_relevance}") if index is not None else \
+            f'searched "{question}": no document index'
+        stats = AnswerStats(mode="grounded", retrieval=retrieval, grounded=GroundedStats(threshold=cfg.min_score))
+        if not relevant:
+            stats.total_s = time.perf_counter() - t0
+            return self._unsupported(searched, [], stats, "nothing relevant was retrieved")
+        vectors = index.vectors([h.chunk_id for h in relevant]) if cfg.cluster else None
+        return self.answer_from_chunks(question, relevant, vectors, searched, stats, cfg, t0)
+
+    def answer_from_chunks(self, question: str, hits: Sequence[Hit], vectors: np.ndarray | None, searched: str,
+                           stats: AnswerStats, cfg: GroundedConfig, t0: float | None = None) -> AnswerResult:
+        """Cluster -> subsets -> draft -> verify -> select over already retrieved chunks (best first)."""
+        t0 = time.perf_counter() if t0 is None else t0
+        gs = stats.grounded = stats.grounded or GroundedStats(threshold=cfg.min_score)
+        t = time.perf_counter()
+        if cfg.cluster and vectors is not None:
+            subsets = make_subsets(cluster(vectors, cfg.k, cfg.seed), cfg.m)
+        else:
+            subsets = random_subsets(len(hits), cfg.k, cfg.m, cfg.seed)
+        subsets = shared_prefix_order(subsets)
+        gs.cluster_s = time.perf_counter() - t
+        t = time.perf_counter()
+        texts = [[hits[i].text for i in sub] for sub in subsets]
+        prompts = [draft_prompt(self.drafter, question, chunks, cfg) for chunks in texts]
+        sources = [chunk_tokens(self.drafter, chunks) for chunks in texts] if cfg.extractive else None
+        toks = write_drafts(self.drafter.backend, prompts, cfg, sources=sources)
+        gs.draft_s = time.perf_counter() - t
+        t = time.perf_counter()
+        scores = None
+        if cfg.use_verifier:
+            scores = score_drafts(self.verifier.backend, question,
+                                  [(d.answer_text, d.rationale_text) for d in toks], cfg)
+        gs.verify_s = time.perf_counter() - t
+        drafts = [GroundedDraft(answer=short_answer(d.answer_text), rationale=d.rationale_text.strip(),
+                                citations=[Citation.from_hit(hits[i]) for i in sub], draft_logprob=d.logprob,
+                                consistency=scores[j].consistency if scores else 0.0,
+                                reflection=scores[j].reflection if scores else 0.0,
+                                score=combined_score(d, scores[j] if scores else None), n_draft_tokens=d.n_tokens,
+                                n_verify_tokens=scores[j].n_tokens if scores else 0, subset=tuple(sub))
+                  for j, (d, sub) in enumerate(zip(toks, subsets, strict=True))]
+        drafts.sort(key=lambda d: d.score, reverse=True)
+        best, supported = select(drafts, cfg)
+        gs.n_drafts, gs.draft_tokens = len(drafts), sum(d.n_draft_tokens for d in drafts)
+        stats.total_s = time.perf_counter() - t0
+        if not supported:
+            why = "no draft passed the support threshold" if best is not None else "every draft declined to answer"
+            return self._unsupported(searched, drafts, stats, why)
+        text = best.answer if not best.rationale else f"{best.answer}\n\nRationale: {best.rationale}"
+        return AnswerResult(text=text, mode="grounded", citations=list(best.citations), supported=True,
+                            drafts=drafts, stats=stats, searched=searched)
+
+    @staticmethod
+    def _unsupported(searched: str, drafts: list[GroundedDraft], stats: AnswerStats, why: str) -> AnswerResult:
+        if stats.grounded is not None:
+            stats.grounded.unsupported_reason = why
+        text = f"The documents don't answer this question ({why}).\nWhat was searched: {searched}"
+        return AnswerResult(text=text, mode="grounded", citations=[], supported=False, drafts=drafts, stats=stats,
+                            searched=searched)

@@ -1,0 +1,61 @@
+"""What an answering mode is: a class with an id, a label, ``available()`` and ``stream()``.
+
+    class MyMode(AnswerMode):
+        id = "mine"
+        label = "Mine"
+        def stream(self, answerer, request):
+            ...                       # yield text pieces, then exactly one AnswerResult
+
+Register it with one line in ``localrag/modes/__init__.py``; the UI, the CLI, the API and the
+benchmarks read the modes from there.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from localrag.answer import Answerer
+from localrag.config import GenerationConfig
+from localrag.engine import Engine
+from localrag.results import AnswerResult
+
+
+@dataclass(frozen=True)
+class AnswerRequest:
+    """One question to answer. history: earlier turns as ``{"role", "content"}`` dicts."""
+
+    question: str
+    history: tuple[dict, ...] = ()
+    gen: GenerationConfig = field(default_factory=GenerationConfig)
+    k: int = 5  # chunks in the prompt (Plain, Speedup)
+    collection: str | None = None  # None: the answerer's default index
+
+
+class AnswerMode(ABC):
+    """One way of answering a question over the documents."""
+
+    id: ClassVar[str]  # what the CLI, the API and stored chats call it
+    label: ClassVar[str]  # what the UI shows
+    aliases: ClassVar[tuple[str, ...]] = ()  # other accepted spellings of ``id``
+    summary: ClassVar[str] = ""  # one line for help texts
+
+    def available(self, engine: Engine | None) -> tuple[bool, str]:
+        """(usable, why not) with this loaded target model."""
+        return (True, "") if engine is not None else (False, "no model is loaded")
+
+    @abstractmethod
+    def stream(self, answerer: Answerer, request: AnswerRequest) -> Iterator[str | AnswerResult]:
+        """Text pieces as they are written, then exactly one AnswerResult."""
+
+    def answer(self, answerer: Answerer, request: AnswerRequest) -> AnswerResult:
+        """Non-streaming: the final AnswerResult."""
+        result = None
+        for item in self.stream(answerer, request):
+            if isinstance(item, AnswerResult):
+                result = item
+        if result is None:
+            raise RuntimeError(f"mode {self.id} ended without a result")
+        return result

@@ -1,0 +1,287 @@
+"""Typed results and statistics shared by every layer: answers, citations, drafts, stats.
+
+This module imports nothing else of the project, so every layer (decoders, modes, the UI,
+the API, the benchmarks) can hold these values without import cycles. Each class has one
+``to_dict()`` for JSON and, where a value is stored and read back (the chat history), a
+``from_dict()`` that ignores keys it does not know (rows written by older versions).
+
+    result = mode.answer(answerer, AnswerRequest("What does the contract say?"))
+    result.citations[0].label           # "contract.pdf p.3"
+    result.stats.generation.decode_tps  # tokens/s of the decode
+    result.stats.generation.decoder     # RasdStats in Speedup mode, else None
+    json.dumps(result.to_dict())
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Protocol
+
+
+def _known(cls: type, data: dict) -> dict:
+    """The entries of ``data`` that are fields of dataclass ``cls``."""
+    names = {f.name for f in fields(cls)}
+    return {k: v for k, v in data.items() if k in names}
+
+
+# --------------------------------------------------------------------------- citations
+class ChunkLike(Protocol):
+    """What a citation is made from: a retrieved chunk (``localrag.rag.records.Hit``)."""
+
+    file: str
+    page: int | None
+    line_start: int | None
+    line_end: int | None
+    text: str
+    chunk_id: str
+
+    def citation(self) -> str: ...
+
+    def snippet(self, width: int = 160) -> str: ...
+
+
+@dataclass(frozen=True)
+class Citation:
+    """One retrieved chunk shown under an answer."""
+
+    file: str
+    page: int | None
+    line_start: int | None
+    line_end: int | None
+    snippet: str
+    text: str
+    chunk_id: str
+    label: str  # "report.pdf p.3" / "notes.md lines 10-24"
+
+    @classmethod
+    def from_hit(cls, hit: ChunkLike) -> Citation:
+        return cls(file=hit.file, page=hit.page, line_start=hit.line_start, line_end=hit.line_end,
+                   snippet=hit.snippet(), text=hit.text, chunk_id=hit.chunk_id, label=hit.citation())
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Citation:
+        d = {f.name: None for f in fields(cls)} | _known(cls, data)
+        return cls(**{**d, "file": d["file"] or "", "snippet": d["snippet"] or "", "text": d["text"] or "",
+                      "chunk_id": d["chunk_id"] or "", "label": d["label"] or ""})
+
+
+# --------------------------------------------------------------------------- Grounded drafts
+@dataclass
+class GroundedDraft:
+    """One Grounded-mode (Speculative RAG) draft and its scores, all natural-log
+    (see ``localrag.grounded.scoring``).
+
+    draft_logprob: log P(rationale) + log P(answer | rationale) under the drafter (sum over tokens).
+    consistency: the verifier's sum of log p over the answer + rationale tokens.
+    reflection: the verifier's log p("Yes") after the self-reflection question.
+    score: the length-normalised combination used for selection.
+    """
+
+    answer: str
+    rationale: str
+    citations: list[Citation]
+    draft_logprob: float
+    consistency: float
+    reflection: float
+    score: float
+    n_draft_tokens: int = 0
+    n_verify_tokens: int = 0
+    subset: tuple[int, ...] = ()  # indices into the retrieved chunks
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["subset"] = list(self.subset)
+        return d
+
+    @classmethod
+    def from_dict(cls, data: dict) -> GroundedDraft:
+        nan = float("nan")
+        d = {"answer": "", "rationale": "", "draft_logprob": nan, "consistency": nan, "reflection": nan,
+             "score": nan} | _known(cls, data)
+        d["citations"] = [Citation.from_dict(c) for c in d.get("citations") or []]
+        d["subset"] = tuple(d.get("subset") or ())
+        return cls(**d)
+
+
+# --------------------------------------------------------------------------- statistics
+@dataclass
+class RasdStats:
+    """What the RASD decoder did for one answer (``localrag.rasd.loop``).
+
+    Counters are filled step by step; the summary fields at the end by ``finish``.
+    A step is one target forward: a tree step verifies drafted nodes, a plain step one token."""
+
+    steps: int = 0
+    spec_steps: int = 0  # tree steps
+    plain_steps: int = 0  # steps where speculation did not pay
+    probe_steps: int = 0  # tree steps forced to re-test acceptance
+    draft_steps: int = 0  # steps that ran the draft model
+    tokens: int = 0  # emitted, bonus tokens included
+    drafted_by_source: dict[str, int] = field(default_factory=dict)  # verified nodes: draft/retrieval/both
+    accepted_by_source: dict[str, int] = field(default_factory=dict)
+    accepted_per_step: list[int] = field(default_factory=list)  # tokens emitted by each step (plotted)
+    tree_sizes: list[int] = field(default_factory=list)  # drafted nodes verified by each tree step
+    time_prefill_s: float = 0.0  # the decoder's share of the prompt prefill (draft prefill, suffix index)
+    time_retrieve_s: float = 0.0
+    time_draft_s: float = 0.0
+    time_verify_s: float = 0.0
+    time_plain_s: float = 0.0
+    lookup_ms_max: float = 0.0
+    # summary (``finish``)
+    mean_accepted: float = 0.0  # tokens per target forward, bonus included
+    acceptance_by_source: dict[str, float] = field(default_factory=dict)
+    lookup_ms_mean: float = 0.0
+    t1_ms: float = 0.0  # one plain forward, as the cost model knows it at the end of the answer
+    decode_busy_s: float = 0.0
+    speedup_vs_plain: float = 0.0  # tokens x T(1) / busy time: estimated, see ``localrag.rasd.loop``
+    oracle_speedup: float = 1.0  # every drafted path accepted to its full depth
+    hardware_limit_speedup: float = 1.0  # the best fully-accepted chain on the cost curve
+    draft_limit_speedup: float | None = None  # the same when the draft model writes the chain
+    expected_gain_mean: float = 0.0
+    cost_curve_ms: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def tree_size_mean(self) -> float:
+        return sum(self.tree_sizes) / len(self.tree_sizes) if self.tree_sizes else 0.0
+
+    @property
+    def tree_size_max(self) -> int:
+        return max(self.tree_sizes, default=0)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d.update(tree_size_mean=self.tree_size_mean, tree_size_max=self.tree_size_max)
+        return d
+
+    @classmethod
+    def from_dict(cls, data: dict) -> RasdStats:
+        return cls(**_known(cls, data))
+
+
+@dataclass
+class GenerationStats:
+    """What one generation cost (``localrag.generation.Generation``)."""
+
+    prompt_tokens: int = 0
+    reused_prompt_tokens: int = 0
+    generated_tokens: int = 0
+    steps: int = 0
+    prefill_seconds: float = 0.0
+    decode_seconds: float = 0.0
+    stop_reason: str = ""  # eog | stop | length | repetition
+    decoder: RasdStats | None = None  # the speculative decoder's own stats (Speedup mode)
+
+    @property
+    def prefill_tps(self) -> float:
+        n = self.prompt_tokens - self.reused_prompt_tokens
+        return n / self.prefill_seconds if self.prefill_seconds > 0 else 0.0
+
+    @property
+    def decode_tps(self) -> float:
+        return self.generated_tokens / self.decode_seconds if self.decode_seconds > 0 else 0.0
+
+    @property
+    def tokens_per_step(self) -> float:
+        return self.generated_tokens / self.steps if self.steps else 0.0
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["decoder"] = self.decoder.to_dict() if self.decoder is not None else None
+        d.update(prefill_tps=self.prefill_tps, decode_tps=self.decode_tps, tokens_per_step=self.tokens_per_step)
+        return d
+
+    @classmethod
+    def from_dict(cls, data: dict) -> GenerationStats:
+        d = _known(cls, data)
+        d["decoder"] = RasdStats.from_dict(d["decoder"]) if d.get("decoder") else None
+        return cls(**d)
+
+
+@dataclass
+class RetrievalStats:
+    """The search behind one answer."""
+
+    query: str = ""
+    collection: str | None = None
+    k: int = 0
+    n_chunks: int = 0  # chunks found (Grounded: retrieved before the relevance gate)
+    n_relevant: int | None = None  # Grounded: chunks above the relevance gate
+    seconds: float = 0.0
+    note: str = ""  # "no index", "the index is empty or nothing matched", ...
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> RetrievalStats:
+        return cls(**_known(cls, data))
+
+
+@dataclass
+class GroundedStats:
+    """Grounded mode's phases (``localrag.grounded.pipeline``)."""
+
+    cluster_s: float = 0.0
+    draft_s: float = 0.0
+    verify_s: float = 0.0
+    n_drafts: int = 0
+    draft_tokens: int = 0
+    threshold: float = 0.0
+    unsupported_reason: str = ""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> GroundedStats:
+        return cls(**_known(cls, data))
+
+
+@dataclass
+class AnswerStats:
+    """Everything one answer cost, whatever its mode."""
+
+    mode: str = ""
+    total_s: float = 0.0
+    retrieval: RetrievalStats = field(default_factory=RetrievalStats)
+    generation: GenerationStats | None = None  # Plain / Speedup
+    grounded: GroundedStats | None = None  # Grounded
+    setup_s: float = 0.0  # mode set-up before decoding (Speedup: the retrieval datastore)
+    waited_s: float = 0.0  # time spent queued behind other requests before this answer started
+
+    def to_dict(self) -> dict:
+        return {"mode": self.mode, "total_s": self.total_s, "retrieval": self.retrieval.to_dict(),
+                "generation": self.generation.to_dict() if self.generation is not None else None,
+                "grounded": self.grounded.to_dict() if self.grounded is not None else None,
+                "setup_s": self.setup_s, "waited_s": self.waited_s}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> AnswerStats:
+        d = _known(cls, data)
+        d["retrieval"] = RetrievalStats.from_dict(d.get("retrieval") or {})
+        d["generation"] = GenerationStats.from_dict(d["generation"]) if d.get("generation") else None
+        d["grounded"] = GroundedStats.from_dict(d["grounded"]) if d.get("grounded") else None
+        return cls(**d)
+
+
+# --------------------------------------------------------------------------- answers
+@dataclass
+class AnswerResult:
+    """The end of every answer stream: the text and everything shown under it."""
+
+    text: str
+    mode: str
+    citations: list[Citation]
+    supported: bool
+    stats: AnswerStats
+    searched: str  # what was searched (query, collection, k), in words
+    drafts: list[GroundedDraft] = field(default_factory=list)  # Grounded mode: every draft, best first
+
+    def to_dict(self) -> dict:
+        return {"text": self.text, "mode": self.mode, "supported": self.supported, "searched": self.searched,
+                "citations": [c.to_dict() for c in self.citations], "drafts": [d.to_dict() for d in self.drafts],
+                "stats": self.stats.to_dict()}
+

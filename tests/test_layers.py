@@ -1,0 +1,119 @@
+"""The package's import graph against the layer order written in docs/design.md.
+
+Every ``localrag`` import (at module level or inside a function) must point to the importer's own
+layer or one below it, and the module graph must have no cycles. The layers are read from the
+``layers`` block of docs/design.md, so the document and the code cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "localrag"
+
+
+def design_layers() -> list[list[str]]:
+    """The layers, bottom first: each a list of module prefixes (``localrag.rag``)."""
+    text = (ROOT / "docs" / "design.md").read_text(encoding="utf-8")
+    block = re.search(r"```layers\n(.*?)```", text, re.S)
+    assert block, "docs/design.md has no ```layers block"
+    rows = [ln.split(":", 1)[1].split() for ln in block.group(1).strip().splitlines()]
+    return list(reversed(rows))  # written top first, like a stack
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def project_imports(path: Path) -> set[str]:
+    """Dotted names of the localrag modules a file imports (anywhere in it)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names if a.name.startswith("localrag")}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("localrag"):
+            base = node.module
+            for a in node.names:  # `from localrag.bench import speed` imports a module, not a name
+                sub = f"{base}.{a.name}"
+                out.add(sub if module_file(sub) is not None else base)
+    return out
+
+
+def module_file(name: str) -> Path | None:
+    p = ROOT.joinpath(*name.split("."))
+    for f in (p.with_suffix(".py"), p / "__init__.py"):
+        if f.is_file():
+            return f
+    return None
+
+
+def layer_of(name: str, layers: list[list[str]]) -> int:
+    best, depth = None, -1
+    for i, prefixes in enumerate(layers):
+        for pre in prefixes:
+            if (name == pre or name.startswith(pre + ".")) and pre.count(".") > depth:
+                best, depth = i, pre.count(".")
+    assert best is not None, f"{name} is in no layer of docs/design.md"
+    return best
+
+
+def graph() -> dict[str, set[str]]:
+    return {module_name(f): project_imports(f) for f in PACKAGE.rglob("*.py")}
+
+
+def test_every_import_points_down_the_layers():
+    layers = design_layers()
+    upward = []
+    for mod, imports in graph().items():
+        if mod == "localrag":  # the package's own __init__ (a docstring and the version)
+            continue
+        own = layer_of(mod, layers)
+        for imp in imports:
+            if layer_of(imp, layers) > own:
+                upward.append(f"{mod} (layer {own}) imports {imp} (layer {layer_of(imp, layers)})")
+    assert not upward, "upward imports:\n" + "\n".join(upward)
+
+
+def test_no_import_cycles():
+    g = graph()
+    state: dict[str, int] = {}  # 1 = on the current path, 2 = done
+    stack: list[str] = []
+
+    def visit(m: str) -> None:
+        state[m] = 1
+        stack.append(m)
+        for n in sorted(g.get(m, ())):
+            if n not in g or n == m:
+                continue
+            if state.get(n) == 1:
+                cycle = stack[stack.index(n):] + [n]
+                raise AssertionError("import cycle: " + " -> ".join(cycle))
+            if n not in state:
+                visit(n)
+        stack.pop()
+        state[m] = 2
+
+    for m in sorted(g):
+        if m not in state:
+            visit(m)
+
+
+def test_gradio_stays_in_the_ui_and_no_spec_module_remains():
+    for f in PACKAGE.rglob("*.py"):
+        mod = module_name(f)
+        tree = ast.parse(f.read_text(encoding="utf-8"))
+        names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        names |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+        if any(n == "gradio" or n.startswith("gradio.") for n in names):
+            assert mod.startswith("localrag.ui"), f"{mod} imports gradio"
+        assert "spec" not in mod.split("."), f"module {mod}: 'spec' names several ideas; use rasd or grounded"
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef):
+                assert not node.name.startswith("Spec"), f"{mod}.{node.name}"
