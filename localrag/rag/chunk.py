@@ -11,7 +11,8 @@ to ``max_tokens`` word pieces. Rules, in order:
 * the next chunk repeats the last ``overlap`` tokens of the previous one
   (whole lines where possible), except across a heading or page.
 
-Everything streams: memory is bounded by one chunk, whatever the file size.
+Everything streams: memory is bounded by one tokenizer batch (TOKENIZE_CHARS) and one
+chunk, whatever the file size, and time is linear in the text's length.
 
     from localrag.rag.chunk import Chunker, TokenCounter
     chunker = Chunker(TokenCounter.from_model_dir(path), max_tokens=200, overlap=32)
@@ -21,14 +22,14 @@ Everything streams: memory is bounded by one chunk, whatever the file size.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from localrag.rag.parse import Unit
+from localrag.rag.parse import MAX_UNIT_CHARS, Unit, bounded_pieces
 
 TOKENIZE_BATCH = 512
+TOKENIZE_CHARS = 1 << 20  # text tokenized at once: bounds the tokenizer's memory
 
 
 @dataclass(frozen=True)
@@ -57,28 +58,39 @@ class TokenCounter:
 
         return cls(Tokenizer.from_file(str(Path(model_dir) / "tokenizer.json")))
 
-    def count(self, texts: list[str]) -> list[int]:
-        return [len(e.ids) for e in self._tok.encode_batch(texts, add_special_tokens=False)]
+    def encode(self, texts: list[str]) -> list:
+        """``tokenizers.Encoding`` of each text (ids, tokens, character offsets)."""
+        return self._tok.encode_batch(texts, add_special_tokens=False)
 
-    def split(self, text: str, max_tokens: int) -> list[str]:
-        """Cut ``text`` between words into pieces of at most ``max_tokens`` tokens."""
-        enc = self._tok.encode(text, add_special_tokens=False)
-        pieces: list[str] = []
+    def count(self, texts: list[str]) -> list[int]:
+        return [len(e.ids) for e in self.encode(texts)]
+
+    def split(self, text: str, max_tokens: int, encoding=None) -> list[tuple[str, int]]:
+        """Cut ``text`` between words into (piece, tokens) of at most ``max_tokens`` tokens.
+
+        ``encoding``: ``text``'s encoding if already computed. Linear in the length of ``text``:
+        the token and offset lists are built once (each access to ``Encoding.tokens`` copies
+        the whole list). A piece's count is its token span: cuts fall where a word starts and
+        whitespace has no tokens, so the piece alone tokenizes to exactly that span.
+        """
+        enc = encoding if encoding is not None else self.encode([text])[0]
+        tokens, offsets = enc.tokens, enc.offsets
+        pieces: list[tuple[str, int]] = []
         start_tok = 0
-        n = len(enc.ids)
+        n = len(tokens)
         while start_tok < n:
             end_tok = min(n, start_tok + max_tokens)
             if end_tok < n:
                 # Never cut inside a word: back up to a token that starts one ("##" marks continuation).
                 cut = end_tok
-                while cut > start_tok + 1 and enc.tokens[cut].startswith("##"):
+                while cut > start_tok + 1 and tokens[cut].startswith("##"):
                     cut -= 1
                 end_tok = cut
-            begin = enc.offsets[start_tok][0]
-            end = enc.offsets[end_tok][0] if end_tok < n else len(text)
+            begin = offsets[start_tok][0]
+            end = offsets[end_tok][0] if end_tok < n else len(text)
             piece = text[begin:end].strip()
             if piece:
-                pieces.append(piece)
+                pieces.append((piece, end_tok - start_tok))
             start_tok = end_tok
         return pieces
 
@@ -95,16 +107,39 @@ class Chunker:
 
     def chunks(self, units: Iterable[Unit]) -> Iterator[Chunk]:
         packer = _Packer(self)
-        it = iter(units)
-        while batch := list(itertools.islice(it, TOKENIZE_BATCH)):
-            for unit, n in zip(batch, self.counter.count([u.text for u in batch]), strict=True):
-                if n <= self.max_tokens:
-                    yield from packer.add(unit, n)
+        for batch in _tokenize_batches(units):
+            for unit, enc in zip(batch, self.counter.encode([u.text for u in batch]), strict=True):
+                if len(enc.ids) <= self.max_tokens:
+                    yield from packer.add(unit, len(enc.ids))
                     continue
-                pieces = self.counter.split(unit.text, self.max_tokens)
-                for k, (piece, m) in enumerate(zip(pieces, self.counter.count(pieces), strict=True)):
+                pieces = self.counter.split(unit.text, self.max_tokens, enc)
+                for k, (piece, m) in enumerate(pieces):
                     yield from packer.add(replace(unit, text=piece, new_block=unit.new_block and k == 0), m)
         yield from packer.finish()
+
+
+def _tokenize_batches(units: Iterable[Unit]) -> Iterator[list[Unit]]:
+    """Units in groups of at most TOKENIZE_BATCH units and TOKENIZE_CHARS characters; a unit
+    longer than MAX_UNIT_CHARS is cut between words first, so memory stays bounded."""
+    batch: list[Unit] = []
+    chars = 0
+    for unit in _bounded(units):
+        if batch and (len(batch) >= TOKENIZE_BATCH or chars + len(unit.text) > TOKENIZE_CHARS):
+            yield batch
+            batch, chars = [], 0
+        batch.append(unit)
+        chars += len(unit.text)
+    if batch:
+        yield batch
+
+
+def _bounded(units: Iterable[Unit]) -> Iterator[Unit]:
+    for unit in units:
+        if len(unit.text) <= MAX_UNIT_CHARS:
+            yield unit
+            continue
+        for k, piece in enumerate(bounded_pieces(unit.text)):
+            yield replace(unit, text=piece, new_block=unit.new_block and k == 0)
 
 
 class _Packer:
@@ -125,7 +160,8 @@ class _Packer:
             cut = self._cut_point()
             done, carry = self.cur[:cut], self.cur[cut:]
             yield self._emit(done)
-            tail = self._overlap_tail(done)
+            # The overlap (at least one token) can only fit if carry and the new unit leave room.
+            tail = self._overlap_tail(done) if _total(carry) + n < self.c.max_tokens else []
             cand = tail + carry
             if _total(cand) + n > self.c.max_tokens:
                 cand = carry
@@ -176,8 +212,8 @@ class _Packer:
         pieces = self.c.counter.split(last.text, max(1, self.c.overlap))
         if len(pieces) < 2:
             return []
-        piece = pieces[-1]
-        return [(replace(last, text=piece, new_block=True), self.c.counter.count([piece])[0])]
+        piece, n = pieces[-1]
+        return [(replace(last, text=piece, new_block=True), n)]
 
     def _emit(self, items: list[tuple[Unit, int]]) -> Chunk:
         parts: list[str] = []

@@ -8,6 +8,8 @@
 
 ``--index-dir`` (or LOCALRAG_INDEX_DIR) chooses the index folder;
 LOCALRAG_CHROMA_HOST / LOCALRAG_CHROMA_PORT select a shared Chroma server.
+A store that cannot be reached, or a collection that needs re-embedding, is one
+``error:`` line on stderr and exit status 2, never a traceback or an empty answer.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import json
 import sys
 
 from localrag.rag.config import IndexConfig
-from localrag.rag.records import IngestEvent
+from localrag.rag.records import IngestEvent, IngestReport
 
 
 def add_cli(subparsers) -> None:
@@ -30,6 +32,14 @@ def add_cli(subparsers) -> None:
 
     ing = subparsers.add_parser("ingest", parents=[common], help="add files and folders to the index")
     ing.add_argument("paths", nargs="+", metavar="PATH")
+    ing.add_argument(
+        "--keep-missing",
+        action="store_true",
+        help="keep documents whose files are gone from a folder given here (listed as missing)",
+    )
+    ing.add_argument(
+        "--max-file-mb", type=int, default=None, help="refuse larger files (default 256; 0 = no limit)"
+    )
     ing.set_defaults(func=cmd_ingest)
 
     se = subparsers.add_parser("search", parents=[common], help="hybrid search over the index")
@@ -48,53 +58,112 @@ def add_cli(subparsers) -> None:
     cols.set_defaults(func=cmd_collections)
 
 
-def _index(args):
+# The index, Chroma and httpx are imported inside the commands that use them: importing
+# localrag.rag.index costs 1.3 s against 0.1 s for this module, which every command loads.
+def _index(args, **overrides):
     from localrag.rag.index import DocumentIndex
 
-    return DocumentIndex(IndexConfig.from_env(collection=args.collection, index_dir=args.index_dir))
+    return DocumentIndex(
+        IndexConfig.from_env(collection=args.collection, index_dir=args.index_dir, **overrides)
+    )
+
+
+def shown(text: str) -> str:
+    """A path or reason on one line: control characters (a newline in a file name) escaped."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
+def _fail(message: str) -> int:
+    print(f"error: {shown(message)}", file=sys.stderr)
+    return 2
+
+
+def _say_waiting(event: IngestEvent) -> None:
+    print(f"waiting: {event.reason}", file=sys.stderr, flush=True)
 
 
 class _TqdmProgress:
-    """Per-file progress bar on a terminal (stderr); silent otherwise."""
+    """A progress bar on a terminal (stderr): bytes done, files, chunks/s and the ETA.
+    The wait for another writer is said on stderr whether or not it is a terminal."""
 
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled
         self.bar = None
 
     def __call__(self, event: IngestEvent) -> None:
+        if event.kind == "waiting":
+            _say_waiting(event)
+            return
         if not self.enabled:
             return
         from tqdm import tqdm
 
         if event.kind == "start":
-            self.bar = tqdm(total=event.total, unit="file", desc="ingest", file=sys.stderr)
+            self.bar = tqdm(
+                total=max(1, event.bytes_total),
+                desc="ingest",
+                file=sys.stderr,
+                bar_format="{desc}: {percentage:3.0f}%|{bar}| {postfix}",
+            )
         elif self.bar is None:
             return
-        elif event.kind in ("file_start", "chunks"):
-            name = event.path.rsplit("/", 1)[-1][:40]
-            self.bar.set_postfix_str(f"{name} {event.chunks} chunks" if event.chunks else name)
-        elif event.kind == "file_done":
-            self.bar.update(1)
-            if event.status == "failed":
-                self.bar.write(f"failed: {event.path}: {event.reason}", file=sys.stderr)
         elif event.kind == "done":
             self.bar.close()
+            return
+        self.bar.n = min(self.bar.total, event.bytes_done)
+        eta = "?" if event.eta_s is None else _clock(event.eta_s)
+        name = shown(event.path.rsplit("/", 1)[-1][:40])
+        self.bar.set_postfix_str(
+            f"{event.files_done}/{event.total} files, {event.chunks_done} chunks, "
+            f"{event.chunks_per_s:.1f} chunks/s, ETA {eta}  {name}"
+        )
+        if event.kind == "file_done" and event.status == "failed":
+            self.bar.write(f"failed: {shown(event.path)}: {shown(event.reason)}", file=sys.stderr)
+
+
+def _clock(seconds: float) -> str:
+    m, s = divmod(int(round(seconds)), 60)
+    return f"{m // 60}:{m % 60:02d}:{s:02d}" if m >= 60 else f"{m}:{s:02d}"
 
 
 def cmd_ingest(args) -> int:
-    index = _index(args)
-    report = index.ingest(args.paths, progress=_TqdmProgress(sys.stderr.isatty() and not args.json))
-    if args.json:
-        print(json.dumps(report.to_dict(), ensure_ascii=False, indent=2))
-    else:
-        print(report.summary())
-        for path, reason in report.failed:
-            print(f"  failed: {path}: {reason}")
+    from localrag.rag.store import StoreUnavailable
+
+    index = _index(args, max_file_mb=args.max_file_mb)
+    try:
+        report = index.ingest(
+            args.paths,
+            progress=_TqdmProgress(sys.stderr.isatty() and not args.json),
+            keep_missing=args.keep_missing,
+        )
+    except StoreUnavailable as exc:
+        _print_report(exc.report, args.json)
+        return _fail(str(exc))
+    _print_report(report, args.json)
     return 0 if report.seen and len(report.failed) < report.seen else (1 if report.failed else 0)
 
 
+def _print_report(report: IngestReport, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(report.to_dict(), ensure_ascii=False, indent=2))
+        return
+    print(report.summary())
+    for path, reason in report.failed:
+        print(f"  failed: {shown(path)}: {shown(reason)}")
+    for path in report.removed:
+        print(f"  removed (gone from disk): {shown(path)}")
+    for path in report.missing:
+        print(f"  missing (kept): {shown(path)}")
+
+
 def cmd_search(args) -> int:
-    hits = _index(args).search(args.query, k=args.k)
+    from localrag.rag.index import NeedsReindex
+    from localrag.rag.store import StoreUnavailable
+
+    try:
+        hits = _index(args).search(args.query, k=args.k)
+    except (StoreUnavailable, NeedsReindex) as exc:
+        return _fail(str(exc))
     if args.json:
         print(json.dumps([h.to_dict() for h in hits], ensure_ascii=False, indent=2))
         return 0
@@ -104,7 +173,7 @@ def cmd_search(args) -> int:
         dense = "-" if h.dense_score is None else f"{h.dense_score:.3f}"
         bm25 = "-" if h.bm25_score is None else f"{h.bm25_score:.2f}"
         section = f"  [{' > '.join(h.heading_path)}]" if h.heading_path else ""
-        print(f"{rank}. {h.citation()}{section}  fused={h.fused_score:.4f} dense={dense} bm25={bm25}")
+        print(f"{rank}. {shown(h.citation())}{shown(section)}  fused={h.fused_score:.4f} dense={dense} bm25={bm25}")
         print(f"   {h.snippet()}")
     return 0
 
@@ -117,17 +186,22 @@ def cmd_docs_list(args) -> int:
     if not docs:
         print("no documents")
     for d in docs:
-        extra = f"  ({d.reason})" if d.reason else ""
-        print(f"{d.status:8} {d.chunks:6} chunks  {d.path}{extra}")
+        extra = f"  ({shown(d.reason)})" if d.reason else ""
+        print(f"{d.status:8} {d.chunks:6} chunks  {shown(d.path)}{extra}")
     return 0
 
 
 def cmd_docs_remove(args) -> int:
-    n = _index(args).remove(args.path)
+    from localrag.rag.store import StoreUnavailable
+
+    try:
+        n = _index(args).remove(args.path, progress=_say_waiting)
+    except StoreUnavailable as exc:
+        return _fail(str(exc))
     if args.json:
         print(json.dumps({"removed": n}))
     else:
-        print(f"removed {n} document(s)" if n else f"not in the index: {args.path}")
+        print(f"removed {n} document(s)" if n else f"not in the index: {shown(args.path)}")
     return 0 if n else 1
 
 

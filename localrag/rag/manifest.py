@@ -10,7 +10,14 @@ Crash-safety protocol (every step is one SQLite transaction):
 2. write the chunks to Chroma, each tagged with that version id.
 3. ``commit_file``: in one transaction make the file row point at the new
    version, queue the old version (if any) as ``garbage``, drop the pending row.
-4. delete the garbage version's chunks from Chroma, then its garbage row.
+4. delete the garbage version's chunks from Chroma and, only once Chroma confirms
+   that none is left, its garbage row (a server that cannot be reached leaves the
+   row for the next run).
+
+A file that can no longer be indexed (emptied, now corrupt) or that was removed
+retires its version the same way: file row out, garbage row in, one transaction.
+Every mutation advances the collection's *generation*, which readers compare with
+what they have loaded (the BM25 index, another process's Chroma client).
 
 A SIGKILL anywhere leaves either a pending row (its chunks are deleted on the
 next start: no orphans) or a garbage row (same), and a file row exists only
@@ -120,6 +127,7 @@ class Manifest:
         return {r[0] for r in rows}
 
     def pending(self) -> list[tuple[str, str]]:
+        """(ver, space) of versions begun and neither committed nor abandoned."""
         return self._db.execute("SELECT ver, space FROM pending").fetchall()
 
     def garbage(self) -> list[tuple[str, str]]:
@@ -130,6 +138,9 @@ class Manifest:
             "SELECT path, reason FROM failures WHERE collection=?", (collection,)
         ).fetchall()
         return dict(rows)
+
+    def generations(self) -> dict[str, int]:
+        return dict(self._db.execute("SELECT collection, generation FROM generations").fetchall())
 
     def generation(self, collection: str) -> int:
         row = self._db.execute(
@@ -147,17 +158,13 @@ class Manifest:
         with self._tx() as db:
             db.execute("DELETE FROM pending WHERE ver=?", (ver,))
 
-    def commit_file(self, rec: FileRecord) -> FileRecord | None:
-        """Make ``rec`` live; returns the record it replaced (its version is now garbage)."""
+    def commit_file(self, rec: FileRecord) -> tuple[FileRecord | None, int]:
+        """Make ``rec`` live; returns the record it replaced (its version is now garbage) and the
+        collection's new generation."""
         with self._tx() as db:
-            row = db.execute(
-                "SELECT * FROM files WHERE collection=? AND path=?", (rec.collection, rec.path)
-            ).fetchone()
-            old = FileRecord(*row) if row else None
-            if old is not None:
-                db.execute("INSERT OR REPLACE INTO garbage VALUES (?,?)", (old.ver, old.space))
+            old = _retire(db, rec.collection, rec.path)
             db.execute(
-                "INSERT OR REPLACE INTO files VALUES (?,?,?,?,?,?,?,?,?,?)",
+                "INSERT INTO files VALUES (?,?,?,?,?,?,?,?,?,?)",
                 (
                     rec.collection,
                     rec.path,
@@ -173,55 +180,63 @@ class Manifest:
             )
             db.execute("DELETE FROM pending WHERE ver=?", (rec.ver,))
             db.execute("DELETE FROM failures WHERE collection=? AND path=?", (rec.collection, rec.path))
-            _bump(db, rec.collection)
-        return old
+            return old, _bump(db, rec.collection)
 
-    def move(self, collection: str, old_path: str, new_path: str) -> None:
-        """A file moved: its chunks stay, only the path changes (one transaction)."""
+    def move(self, collection: str, old_path: str, new_path: str) -> int:
+        """A file moved: its chunks stay, only the path changes. Returns the new generation."""
         with self._tx() as db:
             db.execute(
                 "UPDATE files SET path=? WHERE collection=? AND path=?", (new_path, collection, old_path)
             )
             db.execute("DELETE FROM failures WHERE collection=? AND path=?", (collection, new_path))
-            _bump(db, collection)
+            return _bump(db, collection)
 
-    def remove(self, collection: str, paths: list[str]) -> list[FileRecord]:
-        """Drop file rows; their versions become garbage (deleted from Chroma by the caller)."""
+    def remove(self, collection: str, paths: list[str]) -> tuple[list[FileRecord], int]:
+        """Drop file rows and failure entries; the versions become garbage (deleted from Chroma by
+        the caller). Returns the removed records and the new generation."""
         removed: list[FileRecord] = []
         with self._tx() as db:
             for path in paths:
-                row = db.execute(
-                    "SELECT * FROM files WHERE collection=? AND path=?", (collection, path)
-                ).fetchone()
-                if row:
-                    rec = FileRecord(*row)
+                rec = _retire(db, collection, path)
+                if rec is not None:
                     removed.append(rec)
-                    db.execute("INSERT OR REPLACE INTO garbage VALUES (?,?)", (rec.ver, rec.space))
-                    db.execute("DELETE FROM files WHERE collection=? AND path=?", (collection, path))
                 db.execute("DELETE FROM failures WHERE collection=? AND path=?", (collection, path))
-            _bump(db, collection)
-        return removed
+            return removed, _bump(db, collection)
+
+    def fail_file(self, collection: str, path: str, reason: str) -> tuple[FileRecord | None, int]:
+        """The file as it is now cannot be indexed: record why, and retire the version indexed
+        before (its content is no longer the file's). Returns that record and the new generation."""
+        with self._tx() as db:
+            old = _retire(db, collection, path)
+            db.execute(
+                "INSERT OR REPLACE INTO failures VALUES (?,?,?,?)", (collection, path, reason, time.time())
+            )
+            return old, _bump(db, collection)
 
     def drop_garbage(self, ver: str) -> None:
         with self._tx() as db:
             db.execute("DELETE FROM garbage WHERE ver=?", (ver,))
 
-    def record_failure(self, collection: str, path: str, reason: str) -> None:
-        with self._tx() as db:
-            db.execute(
-                "INSERT OR REPLACE INTO failures VALUES (?,?,?,?)", (collection, path, reason, time.time())
-            )
-
-    def touch_collection(self, collection: str) -> None:
-        with self._tx() as db:
-            _bump(db, collection)
 
 
-def _bump(db: sqlite3.Connection, collection: str) -> None:
+def _retire(db: sqlite3.Connection, collection: str, path: str) -> FileRecord | None:
+    """Drop a file row, queueing its version as garbage; returns the row (None if there was none)."""
+    row = db.execute("SELECT * FROM files WHERE collection=? AND path=?", (collection, path)).fetchone()
+    if row is None:
+        return None
+    rec = FileRecord(*row)
+    db.execute("INSERT OR REPLACE INTO garbage VALUES (?,?)", (rec.ver, rec.space))
+    db.execute("DELETE FROM files WHERE collection=? AND path=?", (collection, path))
+    return rec
+
+
+def _bump(db: sqlite3.Connection, collection: str) -> int:
+    """Advance the collection's generation (readers compare it to what they have loaded)."""
     db.execute(
         "INSERT INTO generations VALUES (?, 1) ON CONFLICT(collection) DO UPDATE SET generation=generation+1",
         (collection,),
     )
+    return int(db.execute("SELECT generation FROM generations WHERE collection=?", (collection,)).fetchone()[0])
 
 
 class _Transaction:

@@ -2,9 +2,12 @@
 
 Every parser is a generator of :class:`Unit` (a line or paragraph with its page
 or line span and heading path), so a huge plain-text file is never held in
-memory. The libraries do the format work: pypdf (PDF), python-docx (DOCX),
-BeautifulSoup (HTML), markdown-it-py (Markdown). Anything wrong with a file is
-raised as :class:`ParseError` with a message meant for the user.
+memory. Units are bounded too: a line (or HTML block) longer than MAX_UNIT_CHARS
+comes as several units cut between words, so a 30 MB single-line file streams like
+any other. The libraries do the format work: pypdf (PDF), python-docx (DOCX), the
+standard library's incremental ``html.parser`` (HTML, streamed at any size),
+markdown-it-py (Markdown). Anything wrong with a file is raised as
+:class:`ParseError` with a message meant for the user.
 
     from localrag.rag.parse import parse_file
     for unit in parse_file("notes.md"):
@@ -14,69 +17,38 @@ raised as :class:`ParseError` with a message meant for the user.
 from __future__ import annotations
 
 import codecs
+import errno
+import itertools
+import logging
 import os
 import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
+from html.parser import HTMLParser
 from pathlib import Path
+from typing import TextIO
 
 MARKDOWN_EXT = {".md", ".markdown", ".mdown", ".mkd"}
 HTML_EXT = {".html", ".htm", ".xhtml"}
 TEXT_EXT = {".txt", ".text", ".rst", ".log", ".csv", ".tsv", ".org", ".tex", ".adoc"}
 CODE_EXT = {
-    ".py",
-    ".pyi",
-    ".js",
-    ".jsx",
-    ".ts",
-    ".tsx",
-    ".java",
-    ".kt",
-    ".scala",
-    ".c",
-    ".h",
-    ".cc",
-    ".cpp",
-    ".hpp",
-    ".cs",
-    ".go",
-    ".rs",
-    ".rb",
-    ".php",
-    ".swift",
-    ".m",
-    ".sh",
-    ".bash",
-    ".zsh",
-    ".ps1",
-    ".sql",
-    ".r",
-    ".jl",
-    ".lua",
-    ".pl",
-    ".hs",
-    ".ex",
-    ".exs",
-    ".dart",
-    ".vue",
-    ".css",
-    ".scss",
-    ".json",
-    ".yaml",
-    ".yml",
-    ".toml",
-    ".ini",
-    ".cfg",
-    ".xml",
-    ".proto",
-    ".gradle",
-    ".cmake",
-    ".mk",
-}
+    ".py", ".pyi", ".js", ".jsx", ".ts", ".tsx", ".java", ".kt", ".scala", ".c", ".h", ".cc", ".cpp",
+    ".hpp", ".cs", ".go", ".rs", ".rb", ".php", ".swift", ".m", ".sh", ".bash", ".zsh", ".ps1", ".sql",
+    ".r", ".jl", ".lua", ".pl", ".hs", ".ex", ".exs", ".dart", ".vue", ".css", ".scss", ".json",
+    ".yaml", ".yml", ".toml", ".ini", ".cfg", ".xml", ".proto", ".gradle", ".cmake", ".mk",
+}  # fmt: skip
 SUPPORTED_EXT = {".pdf", ".docx"} | MARKDOWN_EXT | HTML_EXT | TEXT_EXT | CODE_EXT
-# Markdown/HTML parsers need the whole text; above this size they fall back to the streaming text reader.
+# The Markdown parser needs the whole text; above this size Markdown is read as plain text (streamed).
 MAX_STRUCTURED_BYTES = 8 * 1024 * 1024
 SNIFF_BYTES = 64 * 1024
+# Longest unit a parser yields; a longer line is cut between words into several units.
+MAX_UNIT_CHARS = 16 * 1024
+READ_CHARS = 1 << 20  # characters fed to the HTML parser at a time
+
+# pypdf reports damage it recovers from as logging warnings; what the user sees of a PDF is its
+# outcome (indexed, or a ParseError with the reason), so those warnings stay off stderr.
+logging.getLogger("pypdf").addHandler(logging.NullHandler())
+logging.getLogger("pypdf").propagate = False
 
 
 class ParseError(Exception):
@@ -108,14 +80,18 @@ def supported(path: str | os.PathLike) -> bool:
 def check_file(path: str | os.PathLike) -> os.stat_result:
     """Refuse what is not an ordinary, non-empty, readable file, with the reason."""
     p = Path(path)
-    if p.is_symlink() and not p.exists():
-        raise ParseError(f"broken symlink (points to {os.readlink(p)!s}, which does not exist)")
     try:
         st = p.stat()
     except PermissionError as exc:
         raise ParseError(f"unreadable: permission denied ({exc.strerror})") from exc
-    except FileNotFoundError as exc:
-        raise ParseError("file not found") from exc
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise ParseError(f"symlink loop ({p.name} -> {os.readlink(p)} never reaches a file)") from exc
+        if p.is_symlink():
+            raise ParseError(f"broken symlink (points to {os.readlink(p)!s}, which does not exist)") from exc
+        if exc.errno == errno.ENOENT:
+            raise ParseError("file not found") from exc
+        raise ParseError(f"unreadable: {exc.strerror or exc}") from exc
     if stat.S_ISDIR(st.st_mode):
         raise ParseError("is a directory")
     if not stat.S_ISREG(st.st_mode):
@@ -149,8 +125,8 @@ def parse_file(path: str | os.PathLike) -> Iterator[Unit]:
             yield from _parse_docx(p)
         elif ext in MARKDOWN_EXT and st.st_size <= MAX_STRUCTURED_BYTES:
             yield from _parse_markdown(_read_text(p))
-        elif ext in HTML_EXT and st.st_size <= MAX_STRUCTURED_BYTES:
-            yield from _parse_html(_read_text(p))
+        elif ext in HTML_EXT:
+            yield from _parse_html(p)
         else:
             yield from _parse_text(p, code=ext in CODE_EXT)
     except ParseError:
@@ -199,16 +175,55 @@ def _parse_text(p: Path, code: bool) -> Iterator[Unit]:
     kind = "code" if code else "text"
     blank = True
     with open(p, encoding=encoding, errors="replace", newline=None) as fh:
-        for n, raw in enumerate(fh, start=1):
-            line = raw.rstrip("\n")
-            if not line.strip():
+        for n, piece, first in _line_pieces(fh):
+            if first and not piece.strip():
                 blank = True
                 continue
-            if not code and "\x00" in line:
+            if not code and "\x00" in piece:
                 raise ParseError(f"binary content at line {n}, not text")
             # Prose: collapse runs of spaces (padding, justified text); code keeps every byte.
-            yield Unit(line if code else " ".join(line.split()), kind, blank, None, n, n)
-            blank = False
+            text = piece if code else " ".join(piece.split())
+            if text:
+                yield Unit(text, kind, blank and first, None, n, n)
+                blank = False
+
+
+def _line_pieces(fh: TextIO) -> Iterator[tuple[int, str, bool]]:
+    """(line number, text, is the line's first piece) for each line of a text stream, without
+    its newline. A line longer than MAX_UNIT_CHARS comes in pieces, each cut after the last
+    whitespace of its second half (or at the limit when there is none): memory per piece is
+    bounded whatever the line's length."""
+    n, carry, first = 1, "", True
+    while True:
+        raw = fh.readline(MAX_UNIT_CHARS)
+        piece = carry + raw
+        if raw.endswith("\n") or not raw:
+            if raw or carry:
+                yield n, piece.rstrip("\n"), first
+            if not raw:
+                return
+            n, carry, first = n + 1, "", True
+            continue
+        cut = _cut_point(piece)
+        yield n, piece[:cut], first
+        carry, first = piece[cut:], False
+
+
+def _cut_point(text: str) -> int:
+    """Where to cut an over-long piece: after the last whitespace in its second half, else its end."""
+    cut = max(text.rfind(c, len(text) // 2) for c in " \n\t\r\f\v")
+    return cut + 1 if cut >= 0 else len(text)
+
+
+def bounded_pieces(text: str, limit: int = MAX_UNIT_CHARS) -> Iterator[str]:
+    """``text`` in consecutive pieces of at most ``limit`` characters, cut after whitespace where
+    possible (linear time: no re-slicing of the remainder)."""
+    start = 0
+    while len(text) - start > limit:
+        cut = start + _cut_point(text[start : start + limit])
+        yield text[start:cut]
+        start = cut
+    yield text[start:]
 
 
 # ---------------------------------------------------------------- markdown
@@ -252,80 +267,149 @@ def _parse_markdown(text: str) -> Iterator[Unit]:
 # ---------------------------------------------------------------- HTML
 
 _HTML_BLOCKS = {
-    "p",
-    "li",
-    "pre",
-    "td",
-    "th",
-    "blockquote",
-    "dt",
-    "dd",
-    "figcaption",
-    "caption",
-    "div",
-    "section",
-    "article",
-    "main",
-    "body",
-    "tr",
-    "h1",
-    "h2",
-    "h3",
-    "h4",
-    "h5",
-    "h6",
-    "address",
+    "p", "li", "pre", "td", "th", "blockquote", "dt", "dd", "figcaption", "caption", "div",
+    "section", "article", "main", "body", "tr", "h1", "h2", "h3", "h4", "h5", "h6", "address",
     "summary",
-}
-_HTML_SKIP = {"script", "style", "noscript", "template", "head", "svg"}
+}  # fmt: skip
+_HTML_SKIP = {"script", "style", "noscript", "template", "head", "svg", "title"}
 
 
-def _parse_html(text: str) -> Iterator[Unit]:
-    from bs4 import BeautifulSoup, NavigableString
-    from bs4.element import Comment
+_HTML_VOID = {
+    "area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param", "source", "track", "wbr",
+}  # fmt: skip
+_HTML_HEADINGS = {"h1", "h2", "h3", "h4", "h5", "h6"}
 
-    soup = BeautifulSoup(text, "html.parser")
-    headings: list[tuple[int, str]] = []
-    current = None
-    buf: list[str] = []
 
-    def flush() -> Iterator[Unit]:
-        if current is None:
+def _parse_html(p: Path) -> Iterator[Unit]:
+    """HTML streamed through the incremental parser, READ_CHARS at a time: any size, bounded memory."""
+    with open(p, "rb") as fh:
+        encoding = sniff_encoding(fh.read(SNIFF_BYTES))
+    parser = _HtmlUnits()
+    with open(p, encoding=encoding, errors="replace", newline=None) as fh:
+        while block := fh.read(READ_CHARS):
+            parser.feed(block)
+            yield from parser.drain()
+    parser.close()
+    parser.finish()
+    yield from parser.drain()
+
+
+class _HtmlUnits(HTMLParser):
+    """Text of each block element (p, li, td, pre, h1..., or the nearest enclosing one) as units,
+    with the heading path and the block's source line; script, style and similar are skipped.
+
+    Text belongs to the innermost open ``pre``, else the innermost block element, else the
+    document itself. A block longer than MAX_UNIT_CHARS is emitted in pieces as it streams.
+    End tags close up to the matching open element (stray ones are ignored), so unclosed
+    ``<p>``/``<li>`` cost nothing and a missing ``</head>`` ends at ``<body>``.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.stack: list[tuple[str, int, int]] = []  # (tag, element id, source line)
+        self.ids = itertools.count(1)
+        self.skipping = 0  # open elements whose text is not content
+        self.headings: list[tuple[int, str]] = []
+        self.block: tuple[str, int, int] | None = None  # the element the buffered text belongs to
+        self.buf: list[str] = []
+        self.buf_chars = 0
+        self.block_first = True  # nothing of the current block emitted yet
+        self.block_lines = 0  # pre: source lines of the block already emitted
+        self.out: list[Unit] = []
+
+    # ---- HTMLParser callbacks
+    def handle_starttag(self, tag: str, attrs) -> None:
+        if tag in _HTML_VOID:
+            if tag == "br":
+                self._text("\n")
             return
-        joined = "".join(buf)
-        body = joined.strip("\n") if current.name == "pre" else " ".join(joined.split())
-        if not body.strip():
+        if tag == "body":
+            self._close("head")
+        if tag in _HTML_SKIP:
+            self.skipping += 1
+        self.stack.append((tag, next(self.ids), self.getpos()[0]))
+
+    def handle_startendtag(self, tag: str, attrs) -> None:
+        if tag == "br":
+            self._text("\n")
+
+    def handle_endtag(self, tag: str) -> None:
+        self._close(tag)
+
+    def handle_data(self, data: str) -> None:
+        self._text(data)
+
+    # ---- state
+    def _close(self, tag: str) -> None:
+        for i in range(len(self.stack) - 1, -1, -1):
+            if self.stack[i][0] == tag:
+                self.skipping -= sum(t in _HTML_SKIP for t, _, _ in self.stack[i:])
+                del self.stack[i:]
+                return
+
+    def _owner(self) -> tuple[str, int, int]:
+        for entry in reversed(self.stack):
+            if entry[0] == "pre":
+                return entry
+        for entry in reversed(self.stack):
+            if entry[0] in _HTML_BLOCKS:
+                return entry
+        return ("", 0, self.getpos()[0])  # text outside any block: the document's own
+
+    def _text(self, data: str) -> None:
+        if self.skipping:
             return
-        line = current.sourceline
-        if current.name in {"h1", "h2", "h3", "h4", "h5", "h6"}:
-            level = int(current.name[1])
-            headings[:] = [h for h in headings if h[0] < level] + [(level, body)]
-            yield Unit(body, "heading", True, None, line, line, tuple(h[1] for h in headings))
+        owner = self._owner()
+        if self.block is None or owner[:2] != self.block[:2]:
+            self._flush(final=True)
+            self.block, self.block_first, self.block_lines = owner, True, 0
+        if self.block[0] in _HTML_HEADINGS and self.buf_chars >= MAX_UNIT_CHARS:
+            return  # a heading is a title: its first MAX_UNIT_CHARS characters are plenty
+        self.buf.append(data)
+        self.buf_chars += len(data)
+        if self.buf_chars > 2 * MAX_UNIT_CHARS and self.block[0] not in _HTML_HEADINGS:
+            self._flush(final=False)
+
+    def finish(self) -> None:
+        self._flush(final=True)
+
+    def drain(self) -> list[Unit]:
+        out, self.out = self.out, []
+        return out
+
+    def _flush(self, final: bool) -> None:
+        """Emit the buffered text of the current block (all of it, or up to a cut between words)."""
+        if self.block is None or not self.buf:
+            self.buf, self.buf_chars = [], 0
             return
-        kind = "code" if current.name == "pre" else "text"
-        path = tuple(h[1] for h in headings)
-        if kind == "code":
-            for k, code_line in enumerate(body.split("\n")):
+        text = "".join(self.buf)
+        rest = ""
+        if not final:
+            cut = text.rfind("\n") + 1 if self.block[0] == "pre" else 0
+            cut = cut if cut > len(text) // 2 else _cut_point(text)
+            text, rest = text[:cut], text[cut:]
+        self.buf, self.buf_chars = ([rest], len(rest)) if rest else ([], 0)
+        tag, _, line = self.block
+        path = tuple(h[1] for h in self.headings)
+        if tag == "pre":
+            lines = text.split("\n")
+            for k, code_line in enumerate(lines):
                 if code_line.strip():
-                    n = None if line is None else line + k
-                    yield Unit(code_line, kind, k == 0, None, n, n, path)
-        else:
-            yield Unit(body, kind, True, None, line, line, path)
-
-    for node in soup.descendants:
-        if not isinstance(node, NavigableString) or isinstance(node, Comment):
-            continue
-        if any(parent.name in _HTML_SKIP for parent in node.parents if parent.name):
-            continue
-        block = next((par for par in node.parents if par.name in _HTML_BLOCKS or par.name == "pre"), None)
-        if block is not None:
-            pre = block.find_parent("pre")
-            block = pre if pre is not None else block
-        if block is not current:
-            yield from flush()
-            current, buf = block, []
-        buf.append(str(node))
-    yield from flush()
+                    n = line + self.block_lines + k
+                    self.out.append(Unit(code_line, "code", self.block_first, None, n, n, path))
+                    self.block_first = False
+            self.block_lines += len(lines) - 1
+            return
+        body = " ".join(text.split())
+        if not body:
+            return
+        if tag in _HTML_HEADINGS:
+            level = int(tag[1])
+            self.headings = [h for h in self.headings if h[0] < level] + [(level, body)]
+            self.out.append(Unit(body, "heading", True, None, line, line, tuple(h[1] for h in self.headings)))
+            return
+        self.out.append(Unit(body, "text", self.block_first, None, line, line, path))
+        self.block_first = False
 
 
 # ---------------------------------------------------------------- DOCX

@@ -57,7 +57,9 @@ class Hit:
 
 @dataclass
 class IngestReport:
-    """What one ``ingest`` call did. ``failed`` holds (path, reason) per file."""
+    """What one ``ingest`` call did. ``failed`` holds (path, reason) per file; ``removed``: files
+    gone from an ingested folder, dropped from the index; ``missing``: the same, kept because
+    the ingest was asked to keep them (they list as 'missing')."""
 
     seen: int = 0
     added: int = 0
@@ -65,6 +67,8 @@ class IngestReport:
     replaced: int = 0
     moved: int = 0
     failed: list[tuple[str, str]] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
     chunks: int = 0
     bytes: int = 0
     seconds: float = 0.0
@@ -75,9 +79,11 @@ class IngestReport:
         return d
 
     def summary(self) -> str:
+        kept = f", kept missing {len(self.missing)}" if self.missing else ""
         return (
             f"seen {self.seen}, added {self.added}, skipped {self.skipped}, replaced {self.replaced}, "
-            f"moved {self.moved}, failed {len(self.failed)}, chunks {self.chunks}, {self.seconds:.2f} s"
+            f"moved {self.moved}, removed {len(self.removed)}{kept}, failed {len(self.failed)}, "
+            f"chunks {self.chunks}, {self.seconds:.2f} s"
         )
 
 
@@ -85,9 +91,16 @@ class IngestReport:
 class IngestEvent:
     """Progress callback payload.
 
-    kind: 'start' (total files known), 'file_start', 'chunks' (running chunk
-    count of the current file), 'file_done' (status = added / skipped /
-    replaced / moved / failed, with reason), 'done'.
+    kind: 'waiting' (another writer holds the index; ``reason`` says who), 'start' (total
+    files known), 'file_start', 'chunks' (``chunks``: running chunk count of that file),
+    'file_done' (status = added / skipped / replaced / moved / failed, with reason),
+    'removed' (a file gone from an ingested folder: status 'removed', or 'missing' when
+    kept), 'done'.
+
+    Every event of a run also carries the run's totals so far: ``files_done`` of ``total``,
+    ``chunks_done`` (written), ``bytes_done`` of ``bytes_total`` (a file counts in full once
+    done, a file being written by the text it has written), ``chunks_per_s`` since the run
+    started and ``eta_s`` (None until something is done), extrapolated from bytes.
     """
 
     kind: str
@@ -97,6 +110,12 @@ class IngestEvent:
     status: str = ""
     chunks: int = 0
     reason: str = ""
+    files_done: int = 0
+    chunks_done: int = 0
+    bytes_done: int = 0
+    bytes_total: int = 0
+    chunks_per_s: float = 0.0
+    eta_s: float | None = None
 
 
 @dataclass(frozen=True)

@@ -50,6 +50,11 @@ class Bm25Store:
         self._generation: int | None = None  # generation of the in-memory index
         self._stemmer = _stemmer()
 
+    @property
+    def ids(self) -> tuple[str, ...]:
+        """Chunk ids of the loaded index, in index order."""
+        return tuple(self._ids)
+
     def _current(self) -> Path | None:
         try:
             name = (self.directory / "CURRENT").read_text().strip()

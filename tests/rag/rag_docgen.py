@@ -111,13 +111,20 @@ def make_docx(path: Path, sections: list[tuple[str, list[str]]]) -> Path:
 
 
 def assert_consistent(idx) -> None:
-    """The crash-safety invariant: no orphan chunks, no file marked done with chunks missing."""
+    """The three-way consistency check: manifest rows = Chroma ids = BM25 ids.
+
+    Every live file's chunks are all in Chroma (ids ``<ver>:0 .. <ver>:<n-1>``), Chroma holds
+    nothing else in the collection's space (no orphans), BM25 indexes exactly those ids, and
+    no version is pending or waiting to be deleted.
+    """
     files = idx.manifest.files(idx.config.collection)
-    col = idx._collection(idx.space, create=False)
-    total = 0
-    for rec in files:
-        got = col.get(where={"ver": rec.ver}, include=[])
-        assert len(got["ids"]) == rec.n_chunks, rec.path
-        total += rec.n_chunks
-    assert idx.chunk_count() == total
+    assert all(rec.space == idx.space for rec in files), "stale files left"
+    expected = {f"{rec.ver}:{i}" for rec in files for i in range(rec.n_chunks)}
+    in_chroma = idx.store.ids(idx.space)
+    assert in_chroma == expected, (
+        f"{len(in_chroma - expected)} orphan chunk(s) in Chroma, {len(expected - in_chroma)} missing"
+    )
+    assert idx.chunk_count() == len(expected)
+    bm25 = idx._ensure_bm25().ids
+    assert len(bm25) == len(set(bm25)) and set(bm25) == expected, "BM25 differs from the manifest"
     assert idx.manifest.pending() == [] and idx.manifest.garbage() == []

@@ -1,0 +1,535 @@
+"""One ingest run, pipelined: a worker thread reads, hashes, parses and chunks the next files
+while this thread embeds and writes the current batch.
+
+    run = IngestRun(parts, progress=print, keep_missing=False)
+    report = run.run(["~/papers", "notes.md"])        # the caller holds the index's write lock
+
+Phases, one function each:
+
+1. ``plan``: the files to look at (folders walked), the roots to reconcile, their sizes.
+2. ``produce`` (worker thread): per file, pre-checks, size cap and hash decide skip / move /
+   fail from a snapshot of the manifest; files to index are parsed and chunked into
+   batches of up to WRITE_BATCH chunks that may span several small files. The queue
+   between the threads is bounded, so a huge file streams: its chunk list is never held.
+3. ``consume`` (this thread): begin a version before its first chunk is written, embed
+   each batch sorted by length, write it to Chroma, and commit every file whose last
+   chunk it held (the manifest protocol of :mod:`localrag.rag.manifest`).
+4. ``reconcile``: files gone from a folder (or a path) that was ingested are removed
+   (``keep_missing``: kept, and listed as missing).
+
+Progress events carry files done, chunks/s and an ETA from the bytes done so far.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import queue
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from localrag.rag.chunk import Chunk, Chunker
+from localrag.rag.config import IndexConfig
+from localrag.rag.embed import MiniLMEmbedding, text_hash
+from localrag.rag.manifest import FileRecord, Manifest
+from localrag.rag.parse import ParseError, check_file, parse_file
+from localrag.rag.records import IngestEvent, IngestReport
+from localrag.rag.store import ChromaStore
+
+__all__ = ["Build", "IndexParts", "IngestRun", "Target", "collect_garbage", "expand", "file_sha256", "recover"]
+
+WRITE_BATCH = 256  # chunks per embed + Chroma add
+MIN_BATCH = 32  # a batch goes early once the writer would otherwise wait
+QUEUE_ITEMS = 4  # items between the threads: bounds memory whatever the file size
+
+Progress = Callable[[IngestEvent], None]
+
+
+@dataclass(frozen=True)
+class Build:
+    """How this index embeds and cuts text; a record built any other way is stale."""
+
+    space: str
+    emb_fp: str
+    chunk_fp: str
+
+    def fresh(self, rec: FileRecord) -> bool:
+        return rec.emb_fp == self.emb_fp and rec.chunk_fp == self.chunk_fp and rec.space == self.space
+
+
+@dataclass(frozen=True)
+class IndexParts:
+    """What an ingest run works with (owned by the DocumentIndex)."""
+
+    config: IndexConfig
+    manifest: Manifest
+    store: ChromaStore
+    chunker: Chunker
+    embedder: MiniLMEmbedding
+    build: Build
+
+
+@dataclass(frozen=True)
+class Target:
+    """One file this run looks at: its position, path, size on disk and any error from the walk."""
+
+    index: int
+    path: str
+    size: int = 0
+    error: str = ""
+
+
+# ---- items from the worker thread to the writer
+@dataclass(frozen=True)
+class _Decided:
+    """Needs no writing: skipped, moved (from ``moved_from``) or failed."""
+
+    target: Target
+    status: str
+    chunks: int = 0
+    reason: str = ""
+    moved_from: str = ""
+
+
+@dataclass(frozen=True)
+class _Opened:
+    """A file whose chunks follow: the writer begins its version before writing any."""
+
+    target: Target
+    digest: str
+    size: int
+    old: FileRecord | None
+
+
+@dataclass
+class _Batch:
+    """Chunks to embed and write together; ``closed``: files whose last chunk is in it (or earlier)."""
+
+    chunks: list[tuple[int, int, Chunk]] = field(default_factory=list)  # (target index, seq, chunk)
+    closed: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _Failed:
+    """A file that failed after some of its chunks were sent: the writer deletes them."""
+
+    target: Target
+    reason: str
+
+
+@dataclass(frozen=True)
+class _Crashed:
+    error: BaseException
+
+
+_END = object()
+
+
+class _Stopped(Exception):
+    """The writer gave up (error or interrupt): the worker thread stops."""
+
+
+@dataclass
+class _OpenFile:
+    opened: _Opened
+    ver: str
+    written: int = 0
+    chars: int = 0
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(1 << 20):
+            h.update(block)
+    return h.hexdigest()
+
+
+def collect_garbage(manifest: Manifest, store: ChromaStore) -> None:
+    """Delete superseded versions' chunks; a garbage row goes only once Chroma confirms."""
+    for ver, space in manifest.garbage():
+        store.delete_version(space, ver)
+        manifest.drop_garbage(ver)
+
+
+def recover(manifest: Manifest, store: ChromaStore) -> None:
+    """Delete chunks of versions that never committed (a crash) or were superseded."""
+    for ver, space in manifest.pending():
+        store.delete_version(space, ver)
+        manifest.abandon(ver)
+    collect_garbage(manifest, store)
+
+
+class IngestRun:
+    """One ``DocumentIndex.ingest`` call (see the module docstring). The caller holds the write lock."""
+
+    def __init__(self, parts: IndexParts, progress: Progress | None = None, keep_missing: bool = False) -> None:
+        self.p = parts
+        self.coll = parts.config.collection
+        self.emit = progress or (lambda event: None)
+        self.keep_missing = keep_missing
+        self.report = IngestReport()
+        self.targets: list[Target] = []
+        self.open: dict[int, _OpenFile] = {}
+        self.files_done = 0
+        self.bytes_done = 0
+        self.t0 = time.perf_counter()
+
+    def run(self, paths: Iterable[str | os.PathLike]) -> IngestReport:
+        """Plan, pipeline, reconcile; the report is also kept on ``self.report`` if this raises."""
+        self.targets, roots = self.plan(paths)
+        self.emit(self._event("start"))
+        items: queue.Queue = queue.Queue(maxsize=QUEUE_ITEMS)
+        stop = threading.Event()
+        worker = threading.Thread(
+            target=self.produce, args=(items, stop), name="localrag-ingest-parse", daemon=True
+        )
+        worker.start()
+        try:
+            self.consume(items)
+        finally:
+            stop.set()  # a worker blocked on the full queue notices within its put timeout
+            worker.join()
+            self._abandon_open()
+        self.reconcile(roots)
+        return self.report
+
+    # ------------------------------------------------------------ 1. plan
+    def plan(self, paths: Iterable[str | os.PathLike]) -> tuple[list[Target], list[str]]:
+        """Files to look at, and the roots (folders, vanished paths) whose vanished files are reconciled."""
+        walked = list(expand(paths))
+        listed = {path for path, _ in walked}
+        roots = [path for path, error in walked if error == "file not found" or os.path.isdir(path)]
+        files = [(path, error) for path, error in walked if not os.path.isdir(path)]
+        # A vanished path that was indexed is reconciled (removed), not reported as a failure.
+        files = [(p, e) for p, e in files if not (e == "file not found" and self._known_under(p))]
+        # Files indexed with other settings are re-embedded by this ingest, whatever was asked.
+        for rec in self.p.manifest.files(self.coll):
+            if not self.p.build.fresh(rec) and rec.path not in listed and os.path.lexists(rec.path):
+                files.append((rec.path, ""))
+        targets = [Target(i, path, _size(path), error) for i, (path, error) in enumerate(files, start=1)]
+        return targets, roots
+
+    def _known_under(self, root: str) -> bool:
+        return any(_under(r.path, root) for r in self.p.manifest.files(self.coll)) or any(
+            _under(p, root) for p in self.p.manifest.failures(self.coll)
+        )
+
+    # ------------------------------------------------------------ 2. produce (worker thread)
+    def produce(self, items: queue.Queue, stop: threading.Event) -> None:
+        """Decide each file from a manifest snapshot; parse and chunk those to index into batches."""
+
+        def put(item) -> None:
+            while not stop.is_set():
+                try:
+                    items.put(item, timeout=0.1)
+                    return
+                except queue.Full:
+                    continue
+            raise _Stopped
+
+        try:
+            snapshot = _Snapshot(self.p.manifest.files(self.coll))
+            batch = _Batch()
+            for target in self.targets:
+                decided = self._decide(target, snapshot)
+                if not isinstance(decided, _Opened):
+                    put(decided)
+                    continue
+                batch = self._chunk_file(decided, batch, put, items)
+                if batch.chunks and items.empty():  # the writer is waiting: hand it what there is
+                    put(batch)
+                    batch = _Batch()
+            if batch.chunks or batch.closed:
+                put(batch)
+            put(_END)
+        except _Stopped:
+            return
+        except BaseException as exc:  # a bug here must reach the writer, not die with the thread
+            try:
+                put(_Crashed(exc))
+            except _Stopped:
+                return
+
+    def _decide(self, target: Target, snapshot: _Snapshot) -> _Decided | _Opened:
+        if target.error:
+            return _Decided(target, "failed", reason=target.error)
+        try:
+            st = check_file(target.path)
+            limit = self.p.config.max_file_mb
+            if limit and st.st_size > limit * 2**20:
+                raise ParseError(
+                    f"file is {st.st_size / 2**20:.0f} MB, over the per-file limit of {limit} MB (max_file_mb)"
+                )
+            digest = file_sha256(target.path)
+        except ParseError as exc:
+            return _Decided(target, "failed", reason=str(exc))
+        except OSError as exc:
+            return _Decided(target, "failed", reason=f"unreadable: {exc.strerror or exc}")
+        old = snapshot.by_path.get(target.path)
+        if old is not None and old.content_hash == digest and self.p.build.fresh(old):
+            return _Decided(target, "skipped", chunks=old.n_chunks)
+        if old is None:
+            other = snapshot.claim_moved(digest, self.p.build)
+            if other is not None:
+                return _Decided(target, "moved", chunks=other.n_chunks, moved_from=other.path)
+        return _Opened(target, digest, st.st_size, old)
+
+    def _chunk_file(self, opened: _Opened, batch: _Batch, put, items: queue.Queue) -> _Batch:
+        """Stream one file's chunks into batches; returns the batch still being filled."""
+        key = opened.target.index
+        seq = 0
+        try:
+            for chunk in self.p.chunker.chunks(parse_file(opened.target.path)):
+                if seq == 0:
+                    put(opened)
+                batch.chunks.append((key, seq, chunk))
+                seq += 1
+                full = len(batch.chunks) >= WRITE_BATCH
+                if full or (len(batch.chunks) >= MIN_BATCH and items.empty()):
+                    put(batch)
+                    batch = _Batch()
+            reason = "" if seq else "no text found in file"
+        except ParseError as exc:
+            reason = str(exc)
+        except (_Stopped, KeyboardInterrupt):
+            raise
+        except Exception as exc:  # one bad file must never stop the others
+            reason = f"{type(exc).__name__}: {exc}"
+        if not reason:
+            batch.closed.append(key)
+            return batch
+        batch.chunks = [entry for entry in batch.chunks if entry[0] != key]
+        put(_Failed(opened.target, reason) if seq else _Decided(opened.target, "failed", reason=reason))
+        return batch
+
+    # ------------------------------------------------------------ 3. consume (this thread)
+    def consume(self, items: queue.Queue) -> None:
+        while (item := items.get()) is not _END:
+            if isinstance(item, _Crashed):
+                raise item.error
+            if isinstance(item, _Decided):
+                self._apply_decided(item)
+            elif isinstance(item, _Opened):
+                ver = uuid.uuid4().hex
+                self.p.manifest.begin(self.coll, item.target.path, ver, self.p.build.space)
+                self.open[item.target.index] = _OpenFile(item, ver)
+                self.emit(self._event("file_start", item.target))
+            elif isinstance(item, _Failed):
+                done = self.open.pop(item.target.index)
+                self.p.store.delete_version(self.p.build.space, done.ver)
+                self.p.manifest.abandon(done.ver)
+                self._fail(item.target, item.reason)
+            else:
+                self._write(item)
+
+    def _apply_decided(self, item: _Decided) -> None:
+        target = item.target
+        self.emit(self._event("file_start", target))
+        if item.status == "failed":
+            self._fail(target, item.reason)
+            return
+        if item.status == "moved":
+            self.p.store.commit(self.coll, lambda: (None, self.p.manifest.move(self.coll, item.moved_from, target.path)))
+            self.report.moved += 1
+        else:
+            self.report.skipped += 1
+        self._file_done(target, item.status, item.chunks)
+
+    def _fail(self, target: Target, reason: str) -> None:
+        """Record the failure; a version indexed before is retired (it is not the file's content now)."""
+        self.p.store.commit(self.coll, lambda: self.p.manifest.fail_file(self.coll, target.path, reason))
+        collect_garbage(self.p.manifest, self.p.store)
+        self.report.failed.append((target.path, reason))
+        self._file_done(target, "failed", 0, reason)
+
+    def _write(self, batch: _Batch) -> None:
+        if batch.chunks:
+            col = self.p.store.collection(self.p.build.space)
+            self._add(col, batch.chunks)
+            touched: dict[int, None] = {}
+            for key, _, chunk in batch.chunks:
+                self.open[key].written += 1
+                self.open[key].chars += len(chunk.text)
+                touched[key] = None
+            for key in touched:
+                done = self.open[key]
+                self.emit(self._event("chunks", done.opened.target, chunks=done.written))
+        for key in batch.closed:
+            self._commit(self.open.pop(key))
+
+    def _add(self, col, entries: list[tuple[int, int, Chunk]]) -> None:
+        """Embed (texts sorted by length, so each model batch pads little) and write to Chroma."""
+        texts = [chunk.text for _, _, chunk in entries]
+        hashes = [text_hash(t) for t in texts]
+        self._reuse_vectors(col, hashes)
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        vectors = np.empty((len(texts), self.p.embedder.dimension), dtype=np.float32)
+        vectors[order] = self.p.embedder.embed([texts[i] for i in order])
+        ids, metas = [], []
+        for (key, seq, chunk), h in zip(entries, hashes, strict=True):
+            done = self.open[key]
+            ids.append(f"{done.ver}:{seq}")
+            meta = {
+                "ver": done.ver,
+                "file": done.opened.target.path,
+                "seq": seq,
+                "text_hash": h,
+                "n_tokens": chunk.n_tokens,
+                "heading_path": json.dumps(list(chunk.heading_path), ensure_ascii=False),
+            }
+            for name in ("page", "line_start", "line_end"):
+                if getattr(chunk, name) is not None:  # Chroma metadata has no null
+                    meta[name] = getattr(chunk, name)
+            metas.append(meta)
+        with self.p.store.guard():
+            col.add(ids=ids, embeddings=vectors, documents=texts, metadatas=metas)
+
+    def _reuse_vectors(self, col, hashes: list[str]) -> None:
+        """Copy vectors of identical chunks already in the space (edited/copied files) into the cache."""
+        missing = sorted({h for h in hashes if not self.p.embedder.cached(h)})
+        if not missing:
+            return
+        with self.p.store.guard():
+            got = col.get(where={"text_hash": {"$in": missing}}, include=["embeddings", "metadatas"])
+        embeddings = got.get("embeddings")
+        if embeddings is None or len(embeddings) == 0:
+            return
+        self.p.embedder.prime({m["text_hash"]: e for m, e in zip(got["metadatas"], embeddings, strict=True)})
+
+    def _commit(self, done: _OpenFile) -> None:
+        opened, b = done.opened, self.p.build
+        rec = FileRecord(
+            self.coll, opened.target.path, opened.digest, opened.size, done.ver, b.space, b.emb_fp, b.chunk_fp,
+            done.written,
+        )  # fmt: skip
+        old = self.p.store.commit(self.coll, lambda: self.p.manifest.commit_file(rec))
+        collect_garbage(self.p.manifest, self.p.store)
+        self.report.chunks += done.written
+        self.report.bytes += opened.size
+        status = "replaced" if old is not None else "added"
+        setattr(self.report, status, getattr(self.report, status) + 1)
+        self._file_done(opened.target, status, done.written)
+
+    def _abandon_open(self) -> None:
+        """After an error: delete what open files wrote, where the store lets us (else the
+        pending rows make the next run do it)."""
+        for done in list(self.open.values()):
+            try:
+                self.p.store.delete_version(self.p.build.space, done.ver)
+                self.p.manifest.abandon(done.ver)
+            except Exception:  # the pending row keeps the work for the next run
+                pass
+        self.open.clear()
+
+    # ------------------------------------------------------------ 4. reconcile
+    def reconcile(self, roots: list[str]) -> None:
+        """Files under ``roots`` that are indexed or failed but gone from disk: removed, or kept as missing."""
+        if not roots:
+            return
+        gone = [
+            r.path
+            for r in self.p.manifest.files(self.coll)
+            if any(_under(r.path, root) for root in roots) and not os.path.lexists(r.path)
+        ]
+        failed_gone = [
+            path
+            for path in self.p.manifest.failures(self.coll)
+            if any(_under(path, root) for root in roots) and not os.path.lexists(path)
+        ]
+        if self.keep_missing:
+            self.report.missing = sorted(gone)
+            gone = []
+        if gone or failed_gone:
+            self.p.store.commit(self.coll, lambda: self.p.manifest.remove(self.coll, gone + failed_gone))
+            collect_garbage(self.p.manifest, self.p.store)
+        self.report.removed = sorted(gone)
+        for path in self.report.removed:
+            self.emit(self._event("removed", Target(0, path), status="removed"))
+        for path in self.report.missing:
+            self.emit(self._event("removed", Target(0, path), status="missing"))
+
+    # ------------------------------------------------------------ progress
+    def _file_done(self, target: Target, status: str, chunks: int, reason: str = "") -> None:
+        self.report.seen += 1
+        self.files_done += 1
+        self.bytes_done += target.size
+        self.emit(self._event("file_done", target, status=status, chunks=chunks, reason=reason))
+
+    def _event(self, kind: str, target: Target | None = None, **fields) -> IngestEvent:
+        elapsed = max(1e-9, time.perf_counter() - self.t0)
+        total_bytes = sum(t.size for t in self.targets)
+        done_bytes = self.bytes_done + sum(min(f.opened.size, f.chars) for f in self.open.values())
+        chunks_done = self.report.chunks + sum(f.written for f in self.open.values())
+        eta = elapsed * (total_bytes - done_bytes) / done_bytes if done_bytes else None
+        return IngestEvent(
+            kind,
+            index=target.index if target else 0,
+            total=len(self.targets),
+            path=target.path if target else "",
+            files_done=self.files_done,
+            chunks_done=chunks_done,
+            bytes_done=done_bytes,
+            bytes_total=total_bytes,
+            chunks_per_s=chunks_done / elapsed,
+            eta_s=None if eta is None else max(0.0, eta),
+            **fields,
+        )
+
+
+class _Snapshot:
+    """The manifest's file rows at the start of the run (only this run writes while it holds the lock)."""
+
+    def __init__(self, records: list[FileRecord]) -> None:
+        self.by_path = {r.path: r for r in records}
+        self.by_hash: dict[str, list[FileRecord]] = {}
+        for r in records:
+            self.by_hash.setdefault(r.content_hash, []).append(r)
+        self.claimed: set[str] = set()
+
+    def claim_moved(self, digest: str, build: Build) -> FileRecord | None:
+        """An indexed file with this content whose path is gone: the file moved (claimed once)."""
+        for other in self.by_hash.get(digest, []):
+            if build.fresh(other) and other.path not in self.claimed and not os.path.lexists(other.path):
+                self.claimed.add(other.path)
+                return other
+        return None
+
+
+def expand(paths: Iterable[str | os.PathLike]) -> Iterator[tuple[str, str]]:
+    """Absolute paths with a pre-check error ('' when none): folders themselves, then the files
+    under them (walked recursively, hidden entries skipped), and plain paths as given."""
+    seen: set[str] = set()
+    for raw in paths:
+        p = os.path.abspath(os.path.expanduser(str(raw)))
+        if os.path.isdir(p):
+            items = [(p, "")]
+            for root, dirs, files in os.walk(p):
+                dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+                items += [(os.path.join(root, f), "") for f in sorted(files) if not f.startswith(".")]
+        elif os.path.lexists(p):
+            items = [(p, "")]
+        else:
+            items = [(p, "file not found")]
+        for item in items:
+            if item[0] not in seen:
+                seen.add(item[0])
+                yield item
+
+
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def _size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
+
