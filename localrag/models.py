@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib.resources
 import mmap
+import stat
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -125,20 +126,32 @@ def read_gguf_header(path: Path) -> tuple[dict, int]:
     a second even for a 262k-token vocabulary.
     """
     try:
-        size = path.stat().st_size
-        with path.open("rb") as f:
-            data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+        st = path.stat()
     except PermissionError as exc:
         raise ModelError(f"{path}: not readable (permission denied)") from exc
-    except IsADirectoryError as exc:
-        raise ModelError(f"{path}: is a folder, not a .gguf file") from exc
+    except OSError as exc:  # a symlink loop, a vanished file
+        raise ModelError(f"{path}: {exc.strerror or exc}") from exc
+    if stat.S_ISDIR(st.st_mode):
+        raise ModelError(f"{path}: is a folder, not a .gguf file")
+    if not stat.S_ISREG(st.st_mode):  # opening a FIFO would block until someone writes to it
+        raise ModelError(f"{path}: not a regular file (a FIFO, device or socket)")
+    size = st.st_size
     if size == 0:
         raise ModelError(f"{path}: empty file")
-    if data[:4] != GGUF_MAGIC:
-        raise ModelError(f"{path}: not a GGUF file (starts with {bytes(data[:4])!r}, expected b'GGUF')")
     try:
+        with path.open("rb") as f:
+            data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    except PermissionError as exc:
+        raise ModelError(f"{path}: not readable (permission denied)") from exc
+    except (OSError, ValueError) as exc:
+        raise ModelError(f"{path}: cannot read ({exc})") from exc
+    try:
+        if data[:4] != GGUF_MAGIC:
+            raise ModelError(f"{path}: not a GGUF file (starts with {bytes(data[:4])!r}, expected b'GGUF')")
         return _parse_header(data, size, path)
-    except (struct.error, IndexError, KeyError, UnicodeDecodeError, OverflowError) as exc:
+    except ModelError:
+        raise
+    except (struct.error, IndexError, KeyError, UnicodeDecodeError, OverflowError, ValueError, MemoryError) as exc:
         raise ModelError(f"{path}: truncated or corrupt GGUF header ({type(exc).__name__})") from exc
     finally:
         data.close()
@@ -193,10 +206,13 @@ def _parse_header(data, size: int, path: Path) -> tuple[dict, int]:
             meta[key] = take(_SCALARS[vtype])
     end_of_data = 0
     for _ in range(n_tensors):
-        string()
+        name = string()
         dims = [take("<Q") for _ in range(take("<I"))]
         qtype, offset = take("<I"), take("<Q")
-        block, type_size = GGML_QUANT_SIZES[GGMLQuantizationType(qtype)]
+        try:
+            block, type_size = GGML_QUANT_SIZES[GGMLQuantizationType(qtype)]
+        except (ValueError, KeyError) as exc:
+            raise ModelError(f"{path}: corrupt GGUF header: tensor {name!r} has unknown type {qtype}") from exc
         n_elems = 1
         for d in dims:
             n_elems *= d
