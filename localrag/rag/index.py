@@ -20,9 +20,9 @@ versioned replace. Writers take an exclusive file lock on the index folder (a
 second writer says it is waiting, and who holds it).
 
 Ingest (:mod:`localrag.rag.ingest`) is pipelined and reconciles the folders it is
-given: files gone from them are removed (or kept and listed as missing). Searches
-first make sure the dense index reflects every other process's commits
-(:mod:`localrag.rag.store`). With a Chroma server, anything wrong with the connection
+given: files gone from them are removed (or kept and listed as missing). Chroma is
+only used inside store sessions, which serialise processes sharing a folder and give
+each one a client that reflects the others' writes (:mod:`localrag.rag.store`). With a Chroma server, anything wrong with the connection
 is one :class:`StoreUnavailable` naming the server, and the manifest forgets chunks
 only once the server confirms they are deleted.
 """
@@ -91,7 +91,8 @@ class DocumentIndex:
 
     # ------------------------------------------------------------ plumbing
     def _collection(self, space: str, create: bool = True):
-        """The Chroma collection for ``space`` (None if it does not exist and ``create`` is False)."""
+        """The Chroma collection for ``space`` (None if it does not exist and ``create`` is False);
+        use it inside ``self.store.session()``."""
         return self.store.collection(space, create)
 
     @property
@@ -189,21 +190,22 @@ class DocumentIndex:
         store.ensure(self.manifest.generation(self.config.collection), self._live_texts)
         return store
 
-    def _live_texts(self) -> Iterator[tuple[str, str]]:
+    def _live_texts(self) -> list[tuple[str, str]]:
+        """(chunk id, text) of every live chunk, read in one session (a consistent snapshot)."""
         live = self.manifest.live_versions(self.config.collection, self.space)
-        col = self._collection(self.space, create=False)
-        if col is None or not live:
-            return
-        offset = 0
-        while True:
-            with self.store.guard():
+        pairs: list[tuple[str, str]] = []
+        with self.store.session():
+            col = self._collection(self.space, create=False)
+            offset = 0
+            while col is not None and live:
                 page = col.get(include=["documents", "metadatas"], limit=READ_PAGE, offset=offset)
-            if not page["ids"]:
-                return
-            for cid, doc, meta in zip(page["ids"], page["documents"], page["metadatas"], strict=True):
-                if meta.get("ver") in live:
-                    yield cid, doc
-            offset += len(page["ids"])
+                if not page["ids"]:
+                    break
+                for cid, doc, meta in zip(page["ids"], page["documents"], page["metadatas"], strict=True):
+                    if meta is not None and meta.get("ver") in live:
+                        pairs.append((cid, doc))
+                offset += len(page["ids"])
+        return pairs
 
     # ------------------------------------------------------------ search
     def search(self, query: str, k: int = 5) -> list[Hit]:
@@ -228,7 +230,6 @@ class DocumentIndex:
         ``vector``: the query's embedding if already computed (benchmarks embed queries in batches).
         """
         coll = self.config.collection
-        self.store.ensure_fresh(coll, lambda: self.manifest.generation(coll))
         live = self.manifest.live_versions(coll, self.space)
         if not live:
             stale = [r for r in self.manifest.files(coll) if r.emb_fp != self.emb_fp]
@@ -237,19 +238,22 @@ class DocumentIndex:
                     f"collection {coll!r} was embedded with {stale[0].emb_fp}; "
                     f"run ingest to re-embed it with {self.emb_fp}"
                 )
-        col = self._collection(self.space, create=False)
-        if col is None or not live or not query.strip():
+        if not live or not query.strip():
             return [], []
         qvec = self.embedder.embed([query]) if vector is None else [vector]
-        with self.store.guard():
+        with self.store.session():
+            col = self._collection(self.space, create=False)
+            if col is None:
+                return [], []
             count = col.count()
             res = col.query(
                 query_embeddings=qvec, n_results=min(count, n * 2), include=["metadatas", "distances"]
             )
+        # A vector without metadata (Chroma after a killed writer) is not a live chunk either.
         dense = [
             (cid, 1.0 - float(dist))
             for cid, meta, dist in zip(res["ids"][0], res["metadatas"][0], res["distances"][0], strict=True)
-            if meta.get("ver") in live
+            if meta is not None and meta.get("ver") in live
         ][:n]
         lexical = [
             (cid, s) for cid, s in self._ensure_bm25().search(query, n * 2) if cid.split(":", 1)[0] in live
@@ -259,8 +263,8 @@ class DocumentIndex:
     def _hits(self, fused: list[tuple[str, float]], dense: dict, lexical: dict) -> list[Hit]:
         if not fused:
             return []
-        col = self._collection(self.space, create=False)
-        with self.store.guard():
+        with self.store.session():
+            col = self._collection(self.space, create=False)
             got = col.get(ids=[c for c, _ in fused], include=["documents", "metadatas"])
         by_id = {
             cid: (doc, meta)
@@ -292,8 +296,8 @@ class DocumentIndex:
         """(n, dim) stored embeddings of these chunks, in order (read back, not recomputed)."""
         if not chunk_ids:
             return np.zeros((0, self.embedder.dimension), dtype=np.float32)
-        col = self._collection(self.space, create=False)
-        with self.store.guard():
+        with self.store.session():
+            col = self._collection(self.space, create=False)
             got = col.get(ids=list(chunk_ids), include=["embeddings"])
         by_id = dict(zip(got["ids"], got["embeddings"], strict=True))
         missing = [c for c in chunk_ids if c not in by_id]
@@ -333,7 +337,7 @@ class DocumentIndex:
             recover(self.manifest, self.store)
             paths = [r.path for r in self.manifest.files(coll) if r.path == target or r.path.startswith(under)]
             paths += [p for p in self.manifest.failures(coll) if p == target or p.startswith(under)]
-            removed = self.store.commit(coll, lambda: self.manifest.remove(coll, paths))
+            removed, _ = self.manifest.remove(coll, paths)
             collect_garbage(self.manifest, self.store)
             self._drop_unused_spaces()
         return len(removed)
@@ -343,11 +347,9 @@ class DocumentIndex:
 
     def chunk_count(self) -> int:
         """Chunks physically in this collection's Chroma space (all versions)."""
-        col = self._collection(self.space, create=False)
-        if col is None:
-            return 0
-        with self.store.guard():
-            return col.count()
+        with self.store.session():
+            col = self._collection(self.space, create=False)
+            return 0 if col is None else col.count()
 
     def close(self) -> None:
         self.manifest.close()

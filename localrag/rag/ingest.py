@@ -336,7 +336,7 @@ class IngestRun:
             self._fail(target, item.reason)
             return
         if item.status == "moved":
-            self.p.store.commit(self.coll, lambda: (None, self.p.manifest.move(self.coll, item.moved_from, target.path)))
+            self.p.manifest.move(self.coll, item.moved_from, target.path)
             self.report.moved += 1
         else:
             self.report.skipped += 1
@@ -344,15 +344,14 @@ class IngestRun:
 
     def _fail(self, target: Target, reason: str) -> None:
         """Record the failure; a version indexed before is retired (it is not the file's content now)."""
-        self.p.store.commit(self.coll, lambda: self.p.manifest.fail_file(self.coll, target.path, reason))
+        self.p.manifest.fail_file(self.coll, target.path, reason)
         collect_garbage(self.p.manifest, self.p.store)
         self.report.failed.append((target.path, reason))
         self._file_done(target, "failed", 0, reason)
 
     def _write(self, batch: _Batch) -> None:
         if batch.chunks:
-            col = self.p.store.collection(self.p.build.space)
-            self._add(col, batch.chunks)
+            self._add(batch.chunks)
             touched: dict[int, None] = {}
             for key, _, chunk in batch.chunks:
                 self.open[key].written += 1
@@ -364,11 +363,12 @@ class IngestRun:
         for key in batch.closed:
             self._commit(self.open.pop(key))
 
-    def _add(self, col, entries: list[tuple[int, int, Chunk]]) -> None:
-        """Embed (texts sorted by length, so each model batch pads little) and write to Chroma."""
+    def _add(self, entries: list[tuple[int, int, Chunk]]) -> None:
+        """Embed (texts sorted by length, so each model batch pads little; outside any store
+        session) and write to Chroma."""
         texts = [chunk.text for _, _, chunk in entries]
         hashes = [text_hash(t) for t in texts]
-        self._reuse_vectors(col, hashes)
+        self._reuse_vectors(hashes)
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
         vectors = np.empty((len(texts), self.p.embedder.dimension), dtype=np.float32)
         vectors[order] = self.p.embedder.embed([texts[i] for i in order])
@@ -388,15 +388,17 @@ class IngestRun:
                 if getattr(chunk, name) is not None:  # Chroma metadata has no null
                     meta[name] = getattr(chunk, name)
             metas.append(meta)
-        with self.p.store.guard():
+        with self.p.store.session():
+            col = self.p.store.collection(self.p.build.space)
             col.add(ids=ids, embeddings=vectors, documents=texts, metadatas=metas)
 
-    def _reuse_vectors(self, col, hashes: list[str]) -> None:
+    def _reuse_vectors(self, hashes: list[str]) -> None:
         """Copy vectors of identical chunks already in the space (edited/copied files) into the cache."""
         missing = sorted({h for h in hashes if not self.p.embedder.cached(h)})
         if not missing:
             return
-        with self.p.store.guard():
+        with self.p.store.session():
+            col = self.p.store.collection(self.p.build.space)
             got = col.get(where={"text_hash": {"$in": missing}}, include=["embeddings", "metadatas"])
         embeddings = got.get("embeddings")
         if embeddings is None or len(embeddings) == 0:
@@ -409,7 +411,7 @@ class IngestRun:
             self.coll, opened.target.path, opened.digest, opened.size, done.ver, b.space, b.emb_fp, b.chunk_fp,
             done.written,
         )  # fmt: skip
-        old = self.p.store.commit(self.coll, lambda: self.p.manifest.commit_file(rec))
+        old, _ = self.p.manifest.commit_file(rec)
         collect_garbage(self.p.manifest, self.p.store)
         self.report.chunks += done.written
         self.report.bytes += opened.size
@@ -447,7 +449,7 @@ class IngestRun:
             self.report.missing = sorted(gone)
             gone = []
         if gone or failed_gone:
-            self.p.store.commit(self.coll, lambda: self.p.manifest.remove(self.coll, gone + failed_gone))
+            self.p.manifest.remove(self.coll, gone + failed_gone)
             collect_garbage(self.p.manifest, self.p.store)
         self.report.removed = sorted(gone)
         for path in self.report.removed:

@@ -1,9 +1,10 @@
-"""Chroma access for the document index: clients, collections, confirmed deletes, errors in one line.
+"""Chroma access for the document index: sessions, collections, confirmed deletes, one-line errors.
 
-    store = ChromaStore(config, index_dir, embedder)
-    col = store.collection("default-0123456789")            # created with our embedding function
+    store = ChromaStore(config, index_dir, embedder, emb_fp)
+    with store.session():
+        col = store.collection("default-0123456789")        # created with our embedding function
+        col.query(...)
     store.delete_version("default-0123456789", ver)          # returns only once Chroma holds none of it
-    store.ensure_fresh("default", lambda: manifest.generation("default"))  # see other processes' writes
 
 Two modes, one code path: a local ``PersistentClient`` under ``<index_dir>/chroma``, or
 a shared ``chroma run`` server over HTTP (``config.chroma_host``). Whatever goes wrong
@@ -11,24 +12,27 @@ with the server's connection is raised as :class:`StoreUnavailable`, whose messa
 one line naming the server's address; a collection that does not exist is ``None``,
 never confused with a server that cannot be reached.
 
-Freshness (local mode). Chroma keeps each collection's vector graph in memory per
-client, and a client never reloads it when *another process* adds vectors to the same
-folder: a long-lived searcher would keep answering from the graph it loaded first. So
-one client per folder is shared by every index object of this process (Chroma itself
-shares one per folder), and it remembers, per collection, the manifest generation its
-graph reflects. This process's own writes go through that client and record their
-generation with it (:meth:`ChromaStore.commit`); a newer generation means another
-process wrote, and the client is reopened before the next search
-(:meth:`ChromaStore.ensure_fresh`). A server (HTTP mode) holds
-the only graph, so it is always fresh.
+Sessions (local mode). Chroma's local client is a single-process database: each client
+keeps the vector graphs it loaded in memory, applies Chroma's write-ahead log to them
+on reads as well as writes, and saves them to disk from time to time. A second process
+(the app beside the CLI), or a second client in this one, would answer from a stale
+graph and could save it over the other's. So every use of Chroma is a *session*:
+under an exclusive lock on ``<index_dir>/chroma.lock`` (across processes) that also
+stores an epoch counter, bumped by every session. A process whose client has not seen
+the current epoch closes it and opens a fresh one, which loads everything from disk.
+One client per folder is shared by every index object of this process. A session
+holds the lock only for Chroma calls (never while embedding), so a search waits at
+most for one batch write. A server (HTTP mode) is the only process touching its data:
+sessions there only translate errors.
 """
 
 from __future__ import annotations
 
+import fcntl
 import threading
-from collections.abc import Callable
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import TypeVar
 
 import httpx
 from chromadb.errors import NotFoundError
@@ -36,11 +40,17 @@ from chromadb.errors import NotFoundError
 from localrag.rag.config import IndexConfig
 
 READ_PAGE = 2000  # ids per Chroma get when listing a collection
-T = TypeVar("T")
+DELETE_BATCH = 2000  # ids per Chroma delete (under its maximum batch size)
+DELETE_ROUNDS = 3  # read-back-and-delete rounds before a version counts as undeletable
 
 
 class StoreUnavailable(RuntimeError):
-    """The Chroma server cannot be reached; ``str(exc)`` is one line naming its address."""
+    """The Chroma server cannot be reached; ``str(exc)`` is one line naming its address.
+
+    ``report``: when raised by ``DocumentIndex.ingest``, what that ingest had done.
+    """
+
+    report = None
 
 
 class StoreError(RuntimeError):
@@ -48,50 +58,80 @@ class StoreError(RuntimeError):
 
 
 class _LocalClient:
-    """The one PersistentClient of this process for a Chroma folder, and what it has seen."""
+    """The one PersistentClient of this process for an index folder, and the epoch it reflects."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.lock = threading.Lock()
+    def __init__(self, index_dir: Path) -> None:
+        self.chroma_dir = index_dir / "chroma"
+        self.lock_path = index_dir / "chroma.lock"
+        self.mutex = threading.RLock()  # one session at a time in this process (re-entrant)
+        self.depth = 0
         self.client = None
-        self.seen: dict[str, int] = {}  # collection -> manifest generation the open client reflects
+        self.epoch = -1  # the epoch the open client reflects
 
-    def open(self, generations: dict[str, int]):
-        """A fresh client: it loads every graph from disk, so it reflects ``generations``."""
+    @contextmanager
+    def session(self) -> Iterator[None]:
+        with self.mutex:
+            if self.depth:
+                self.depth += 1
+                try:
+                    yield
+                finally:
+                    self.depth -= 1
+                return
+            with open(self.lock_path, "a+") as fh:
+                fcntl.flock(fh, fcntl.LOCK_EX)
+                try:
+                    fh.seek(0)
+                    text = fh.read().strip()
+                    epoch = int(text) if text.isdigit() else 0
+                    if self.client is None or epoch != self.epoch:
+                        self._reopen()
+                    self.depth = 1
+                    try:
+                        yield
+                    finally:
+                        self.depth = 0
+                        # Reads may compact and save too: every session moves the epoch on.
+                        self.epoch = epoch + 1
+                        fh.seek(0)
+                        fh.truncate()
+                        fh.write(str(self.epoch))
+                        fh.flush()
+                finally:
+                    fcntl.flock(fh, fcntl.LOCK_UN)
+
+    def _reopen(self) -> None:
+        """Close the client (its system stops; nothing else in this process holds it) and open one
+        that loads every graph from disk."""
         import chromadb
-        from chromadb.api.shared_system_client import SharedSystemClient
         from chromadb.config import Settings
 
         if self.client is not None:
-            # Chroma caches one system per folder; forget it so the next client loads from disk.
-            # The old client is not closed: a search on another thread may still be using it,
-            # and its close() would release the *new* system, which Chroma files under the same key.
-            SharedSystemClient.clear_system_cache()
+            self.client.close()
+            self.client = None
         self.client = chromadb.PersistentClient(
-            path=str(self.path), settings=Settings(anonymized_telemetry=False)
+            path=str(self.chroma_dir), settings=Settings(anonymized_telemetry=False)
         )
-        self.seen = dict(generations)
-        return self.client
 
 
 class _LocalClients:
-    """Process-wide registry: Chroma folder -> its shared client (Chroma keeps the same mapping)."""
+    """Process-wide registry: index folder -> its shared client (Chroma keeps the same mapping)."""
 
     lock = threading.Lock()
-    by_path: dict[Path, _LocalClient] = {}
+    by_dir: dict[Path, _LocalClient] = {}
 
     @classmethod
-    def get(cls, path: Path) -> _LocalClient:
-        key = path.resolve()
+    def get(cls, index_dir: Path) -> _LocalClient:
+        key = index_dir.resolve()
         with cls.lock:
-            if key not in cls.by_path:
-                cls.by_path[key] = _LocalClient(key)
-            return cls.by_path[key]
+            if key not in cls.by_dir:
+                cls.by_dir[key] = _LocalClient(key)
+            return cls.by_dir[key]
 
 
 class ChromaStore:
-    """The Chroma side of one index folder (or one server); every call raises StoreUnavailable
-    rather than a transport error."""
+    """The Chroma side of one index folder (or one server). Chroma objects are used only inside
+    :meth:`session`, which turns transport errors into StoreUnavailable."""
 
     def __init__(self, config: IndexConfig, index_dir: Path, embedder, emb_fp: str) -> None:
         self.config = config
@@ -102,45 +142,31 @@ class ChromaStore:
             self._local = None
         else:
             self.address = str(index_dir / "chroma")
-            self._local = _LocalClients.get(index_dir / "chroma")
+            self._local = _LocalClients.get(index_dir)
         self._http = None
 
-    # ------------------------------------------------------------ clients
-    def client(self):
-        """The Chroma client (local: the one this process shares for the folder)."""
+    # ------------------------------------------------------------ sessions
+    @contextmanager
+    def session(self) -> Iterator[None]:
+        """Use Chroma inside this (re-entrant): local mode holds the cross-process lock and a
+        client that reflects every other process's sessions; HTTP errors become StoreUnavailable."""
         if self._local is None:
-            if self._http is None:
-                self._http = self._connect_http()
-            return self._http
-        with self._local.lock:
-            return self._local.client or self._local.open({})
-
-    def ensure_fresh(self, collection: str, generation: Callable[[], int]) -> None:
-        """Before a search: reopen the shared client if another process committed to ``collection``
-        since the client loaded it. ``generation`` reads the manifest's current generation."""
-        local = self._local
-        if local is None:
+            try:
+                yield
+            except httpx.TransportError as exc:
+                raise self.unavailable(exc) from exc
             return
-        with local.lock:
-            now = generation()
-            if local.client is None:
-                local.open({collection: now})
-            elif collection not in local.seen:
-                # Never searched through this client: its graph loads from disk when first queried.
-                local.seen[collection] = now
-            elif now > local.seen[collection]:
-                local.open({collection: now})
+        with self._local.session():
+            yield
 
-    def commit(self, collection: str, mutate: Callable[[], tuple[T, int]]) -> T:
-        """Run a manifest mutation that returns (result, new generation), and note that the shared
-        client reflects it (this process wrote through it), with no search reopening the client
-        in between; returns the result."""
-        if self._local is None:
-            return mutate()[0]
-        with self._local.lock:
-            result, generation = mutate()
-            self._local.seen[collection] = generation
-        return result
+    def client(self):
+        """The Chroma client (call inside a session)."""
+        if self._local is not None:
+            assert self._local.depth, "Chroma is used outside a session"
+            return self._local.client
+        if self._http is None:
+            self._http = self._connect_http()
+        return self._http
 
     def _connect_http(self):
         import chromadb
@@ -163,18 +189,14 @@ class ChromaStore:
 
     def check(self) -> None:
         """Raise StoreUnavailable now if the server does not answer (before touching the manifest)."""
-        with self.guard():
+        with self.session():
             self.client().heartbeat()
-
-    def guard(self):
-        """Context manager: transport errors of the HTTP client become StoreUnavailable."""
-        return _Guard(self)
 
     # ------------------------------------------------------------ collections
     def collection(self, space: str, create: bool = True):
         """The Chroma collection for ``space`` with our embedding function (never Chroma's default);
-        None when ``create`` is False and it does not exist."""
-        with self.guard():
+        None when ``create`` is False and it does not exist. Use it inside the same session."""
+        with self.session():
             client = self.client()
             if create:
                 return client.get_or_create_collection(
@@ -192,21 +214,28 @@ class ChromaStore:
                 return None
 
     def delete_version(self, space: str, ver: str) -> None:
-        """Delete every chunk of one file version; returns only once Chroma holds none of them."""
-        with self.guard():
+        """Delete every chunk of one file version; returns only once Chroma holds none of them.
+
+        Deletes by id, after reading the ids back: a delete by metadata filter misses chunks a
+        killed writer logged but Chroma had not yet applied, which a read applies first.
+        """
+        with self.session():
             col = self.collection(space, create=False)
             if col is None:
                 return
-            col.delete(where={"ver": ver})
-            left = col.get(where={"ver": ver}, limit=1, include=[])["ids"]
-        if left:
-            raise StoreError(f"Chroma still holds chunks of version {ver} after deleting them")
+            for _ in range(DELETE_ROUNDS):
+                ids = col.get(where={"ver": ver}, include=[])["ids"]
+                if not ids:
+                    return
+                for start in range(0, len(ids), DELETE_BATCH):
+                    col.delete(ids=ids[start : start + DELETE_BATCH])
+        raise StoreError(f"Chroma still holds chunks of version {ver} after deleting them {DELETE_ROUNDS} times")
 
     def ids(self, space: str) -> set[str]:
         """Every chunk id stored in ``space`` (all versions)."""
-        with self.guard():
+        found: set[str] = set()
+        with self.session():
             col = self.collection(space, create=False)
-            found: set[str] = set()
             offset = 0
             while col is not None:
                 page = col.get(include=[], limit=READ_PAGE, offset=offset)["ids"]
@@ -216,26 +245,15 @@ class ChromaStore:
                 offset += len(page)
         return found
 
+    def space_names(self) -> set[str]:
+        with self.session():
+            return {c if isinstance(c, str) else c.name for c in self.client().list_collections()}
+
     def drop_spaces(self, prefix: str, keep: set[str]) -> None:
         """Delete this collection's Chroma collections (``<prefix><10 hex>``) not in ``keep``."""
-        with self.guard():
-            client = self.client()
-            for col in client.list_collections():
-                name = col if isinstance(col, str) else col.name
+        with self.session():
+            for name in self.space_names():
                 suffix = name[len(prefix) :]
                 ours = len(suffix) == 10 and all(c in "0123456789abcdef" for c in suffix)
                 if name.startswith(prefix) and ours and name not in keep:
-                    client.delete_collection(name)
-
-
-class _Guard:
-    def __init__(self, store: ChromaStore) -> None:
-        self.store = store
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, exc_type, exc, tb) -> bool:
-        if exc is not None and self.store._local is None and isinstance(exc, httpx.TransportError):
-            raise self.store.unavailable(exc) from exc
-        return False
+                    self.client().delete_collection(name)

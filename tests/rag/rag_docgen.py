@@ -128,3 +128,23 @@ def assert_consistent(idx) -> None:
     bm25 = idx._ensure_bm25().ids
     assert len(bm25) == len(set(bm25)) and set(bm25) == expected, "BM25 differs from the manifest"
     assert idx.manifest.pending() == [] and idx.manifest.garbage() == []
+    _assert_dense_graph_whole(idx)
+
+
+def _assert_dense_graph_whole(idx) -> None:
+    """Every stored vector is reachable in the dense graph (a query with it finds a vector at
+    distance 0: itself or an identical chunk's), and the graph holds no vector Chroma has no
+    record of (a hit without metadata)."""
+    import numpy as np
+
+    with idx.store.session():
+        col = idx._collection(idx.space, create=False)
+        if col is None or col.count() == 0:
+            return
+        got = col.get(include=["embeddings"])
+        res = col.query(
+            query_embeddings=np.asarray(got["embeddings"]), n_results=1, include=["metadatas", "distances"]
+        )
+    unreachable = [cid for cid, d in zip(got["ids"], res["distances"], strict=True) if not d or d[0] > 1e-4]
+    ghosts = sum(m[0] is None for m in res["metadatas"] if m)
+    assert not unreachable and not ghosts, f"{len(unreachable)} unreachable vectors, {ghosts} ghost hits"

@@ -160,7 +160,7 @@ def test_embedding_model_change_reembeds_into_new_space(make_index, tmp_path, mo
         new.search("tomatoes")
     rep = new.ingest([doc])
     assert rep.replaced == 1
-    names = {c if isinstance(c, str) else c.name for c in new.store.client().list_collections()}
+    names = new.store.space_names()
     assert new.space in names and old.space not in names  # old vectors dropped, never mixed
     assert new.search("tomatoes sun", k=1)[0].file == str(doc)
     assert_consistent(new)

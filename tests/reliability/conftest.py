@@ -1,0 +1,36 @@
+"""Fixtures of the reliability suite: the real bundled MiniLM, real Chroma (local, and a real
+``chroma run`` server that tests kill and restart), child processes that ingest.
+
+Every scenario ends with the three-way consistency check (``rag_docgen.assert_consistent``):
+manifest rows = Chroma ids = BM25 ids, no orphans, no pending or garbage rows.
+
+Run: .venv/bin/python -m pytest tests/reliability -q
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import pytest  # noqa: E402
+from harness import ChromaServer  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def embedder():
+    from localrag.rag.config import bundled_embedding_model
+    from localrag.rag.embed import MiniLMEmbedding
+
+    return MiniLMEmbedding(bundled_embedding_model())
+
+
+@pytest.fixture
+def chroma_server(tmp_path):
+    server = ChromaServer(tmp_path / "chroma-server")
+    server.start()
+    yield server
+    server.stop()
