@@ -68,6 +68,15 @@ def prose(n_words: int, seed: int) -> str:
     return "\n".join(lines)
 
 
+def cycled(seed: int, paragraphs: int, distinct: int = 256) -> str:
+    """Many chunks whose texts repeat (``distinct`` paragraphs cycled), so writing them costs more
+    than embedding them (the embedder caches repeated text). Enough distinct paragraphs that
+    copies stay few per text: a vector graph made mostly of identical vectors cannot reach
+    its other vectors, which would measure the graph rather than the index."""
+    texts = [prose(60, seed=seed * 1000 + i) for i in range(distinct)]
+    return "\n\n".join(texts[i % distinct] for i in range(paragraphs)) + "\n"
+
+
 def make_pdf(path: Path, pages: list[str]) -> Path:
     from fpdf import FPDF
 

@@ -16,7 +16,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from rag_docgen import assert_consistent, prose, write
+from rag_docgen import assert_consistent, cycled, prose, write
 
 from localrag.rag.config import IndexConfig
 from localrag.rag.index import DocumentIndex
@@ -54,11 +54,6 @@ def _ingest_and_kill(index_dir: Path, docs: Path, big: Path, after_chunks: int) 
     assert child.returncode == -signal.SIGKILL
 
 
-def _cycled(seed: int) -> str:
-    paragraphs = [prose(60, seed=seed * 1000 + i) for i in range(16)]
-    return "\n\n".join(paragraphs[i % len(paragraphs)] for i in range(4000)) + "\n"
-
-
 def _manifest_rows(index_dir: Path) -> tuple[set[str], int]:
     db = sqlite3.connect(index_dir / "manifest.sqlite")
     try:
@@ -75,7 +70,7 @@ def test_sigkill_mid_ingest_then_resume(tmp_path, embedder):
     small_a = [write(docs / f"a{i}.md", f"# Note {i}\n\n" + prose(120, seed=i)) for i in range(5)]
     # ~2,000 chunks written 256 at a time; its paragraphs repeat, so (thanks to the embedder's
     # text-hash cache) the test spends its time writing and killing, not embedding.
-    big = write(docs / "m_big.txt", _cycled(seed=99))
+    big = write(docs / "m_big.txt", cycled(seed=99, paragraphs=4000))
     for i in range(5):
         write(docs / f"z{i}.md", f"# Later {i}\n\n" + prose(120, seed=50 + i))
     index_dir = tmp_path / "index"
@@ -102,7 +97,7 @@ def test_sigkill_mid_ingest_then_resume(tmp_path, embedder):
 
     # 3. Killed while *replacing* an edited file: the old version stays whole and searchable.
     old_rec = idx.manifest.get("default", str(big))
-    big.write_text(_cycled(seed=7))
+    big.write_text(cycled(seed=7, paragraphs=4000))
     idx.close()
     _ingest_and_kill(index_dir, docs, big, after_chunks=256)
     idx = DocumentIndex(IndexConfig(index_dir=index_dir), embedder=embedder)

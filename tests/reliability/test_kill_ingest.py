@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from harness import ROOT, child_env
-from rag_docgen import assert_consistent, prose, write
+from rag_docgen import assert_consistent, cycled, prose, write
 
 from localrag.rag.config import IndexConfig
 from localrag.rag.index import DocumentIndex
@@ -34,12 +34,6 @@ CHILD = textwrap.dedent("""
     print("finished", flush=True)
 """)
 ROUNDS = 5
-
-
-def _cycled(seed: int, paragraphs: int = 1500) -> str:
-    """Many chunks whose texts repeat (16 distinct paragraphs), so writing, not embedding, takes the time."""
-    distinct = [prose(60, seed=seed * 1000 + i) for i in range(16)]
-    return "\n\n".join(distinct[i % 16] for i in range(paragraphs)) + "\n"
 
 
 def _small(docs: Path, n: int, marker: str) -> Path:
@@ -97,8 +91,8 @@ def test_kill_at_random_points_then_resume(tmp_path, embedder):
     markers = {n: f"zq{n:02d}a" for n in range(10)}
     for n, marker in markers.items():
         _small(docs, n, marker)
-    write(docs / "m_big1.txt", _cycled(seed=1))
-    write(docs / "m_big2.txt", _cycled(seed=2))
+    write(docs / "m_big1.txt", cycled(seed=1, paragraphs=1500))
+    write(docs / "m_big2.txt", cycled(seed=2, paragraphs=1500))
 
     killed, mid_file = 0, 0
     for round_no in range(ROUNDS):
@@ -115,7 +109,7 @@ def test_kill_at_random_points_then_resume(tmp_path, embedder):
         new = 10 + round_no
         markers[new] = f"zq{new:02d}a"
         _small(docs, new, markers[new])
-        write(docs / f"m_big{1 + round_no % 2}.txt", _cycled(seed=10 + round_no))
+        write(docs / f"m_big{1 + round_no % 2}.txt", cycled(seed=10 + round_no, paragraphs=1500))
     assert killed >= ROUNDS - 1 and mid_file >= 2, (killed, mid_file)
 
     idx = DocumentIndex(IndexConfig(index_dir=index_dir), embedder=embedder)
