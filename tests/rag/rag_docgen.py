@@ -68,13 +68,10 @@ def prose(n_words: int, seed: int) -> str:
     return "\n".join(lines)
 
 
-def cycled(seed: int, paragraphs: int, distinct: int = 256) -> str:
-    """Many chunks whose texts repeat (``distinct`` paragraphs cycled), so writing them costs more
-    than embedding them (the embedder caches repeated text). Enough distinct paragraphs that
-    copies stay few per text: a vector graph made mostly of identical vectors cannot reach
-    its other vectors, which would measure the graph rather than the index."""
-    texts = [prose(60, seed=seed * 1000 + i) for i in range(distinct)]
-    return "\n\n".join(texts[i % distinct] for i in range(paragraphs)) + "\n"
+# Crash tests cut text into 32-token chunks: many distinct chunks that cost little to embed, so
+# those tests spend their time writing and killing. (Repeated text would be cheaper still, but
+# identical chunks of a file are stored once.)
+SMALL_CHUNKS = {"chunk_tokens": 32, "overlap_tokens": 4}
 
 
 def make_pdf(path: Path, pages: list[str]) -> Path:
@@ -88,6 +85,16 @@ def make_pdf(path: Path, pages: list[str]) -> Path:
             pdf.cell(0, 6, line, new_x="LMARGIN", new_y="NEXT")
     path.parent.mkdir(parents=True, exist_ok=True)
     pdf.output(str(path))
+    return path
+
+
+def make_pdf_with_wrong_xref(path: Path, text: str) -> Path:
+    """A PDF whose ``startxref`` points a few bytes off: pypdf recovers (and logs warnings)."""
+    import re
+
+    data = make_pdf(path, [text]).read_bytes()
+    m = re.search(rb"startxref\s+(\d+)", data)
+    path.write_bytes(data[: m.start(1)] + str(int(m.group(1)) + 7).encode() + data[m.end(1) :])
     return path
 
 

@@ -207,7 +207,7 @@ def test_50mb_text_file_bounded_memory(tmp_path, embedder):
     file size: reading the file into memory would alone exceed the bound. The BM25 rebuild
     that follows is over the whole collection (a derived index), so it is reported, not bounded.
     The model and Chroma are warmed up first so one-off loading is not counted.
-    Repeated records are embedded once (text-hash cache).
+    Repeated chunks of one file are stored once.
     """
     big = tmp_path / "big export.txt"
     size = _write_50mb(big)
@@ -235,7 +235,8 @@ def test_50mb_text_file_bounded_memory(tmp_path, embedder):
         f"{stream / 2**20:.0f} MiB, including the BM25 rebuild {total / 2**20:.0f} MiB"
     )
     assert report.failed == [] and report.added == 1 and report.bytes >= size
-    assert report.chunks > 1000
+    # Every record went through the tokenizer; the chunk texts repeat, and a file stores each once.
+    assert 50 < report.chunks < 1000
     # Reading the file into memory would alone exceed this; what grows is Chroma's own index.
     assert stream < 0.6 * size, f"RSS grew {stream / 2**20:.0f} MiB for a {size / 2**20:.0f} MiB file"
     # Its rare words put the last chunk at BM25 rank 1; the near-identical records of the warm-up

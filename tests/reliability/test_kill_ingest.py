@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from harness import ROOT, child_env
-from rag_docgen import assert_consistent, cycled, prose, write
+from rag_docgen import SMALL_CHUNKS, assert_consistent, prose, write
 
 from localrag.rag.config import IndexConfig
 from localrag.rag.index import DocumentIndex
@@ -29,7 +29,7 @@ CHILD = textwrap.dedent("""
     import sys
     from localrag.rag.config import IndexConfig
     from localrag.rag.index import DocumentIndex
-    idx = DocumentIndex(IndexConfig(index_dir=sys.argv[1]))
+    idx = DocumentIndex(IndexConfig(index_dir=sys.argv[1], chunk_tokens=32, overlap_tokens=4))
     idx.ingest([sys.argv[2]], progress=lambda e: print(e.kind, e.chunks, e.path, flush=True))
     print("finished", flush=True)
 """)
@@ -41,19 +41,20 @@ def _small(docs: Path, n: int, marker: str) -> Path:
 
 
 def _kill_during_writes(index_dir: Path, docs: Path, rng: random.Random) -> bool:
-    """Run an ingest in a child; SIGKILL it a random moment after a random chunk-write event.
-    Returns whether it was killed (it may finish first)."""
+    """Run an ingest in a child; SIGKILL it a random moment after a random batch of a big file
+    was written (its version is then pending, with chunks in Chroma, more to come). Returns
+    whether it was killed (it may finish first)."""
     child = subprocess.Popen(
         [sys.executable, "-c", CHILD, str(index_dir), str(docs)],
         stdout=subprocess.PIPE, text=True, cwd=ROOT, env=child_env(),
     )  # fmt: skip
-    after = rng.randint(1, 6)  # the n-th batch written ...
-    delay = rng.uniform(0.0, 0.4)  # ... then a little more: inside the next batch's embedding or write
+    after = rng.randint(1, 2)  # the n-th batch of a big file ...
+    delay = rng.uniform(0.0, 0.3)  # ... then a little more: inside the next batch's embedding or write
     seen = 0
     killed = False
     try:
         for line in child.stdout:
-            if line.startswith("chunks "):
+            if line.startswith("chunks ") and "m_big" in line:
                 seen += 1
                 if seen == after:
                     time.sleep(delay)
@@ -68,7 +69,7 @@ def _kill_during_writes(index_dir: Path, docs: Path, rng: random.Random) -> bool
 def _check_after_kill(index_dir: Path, embedder) -> int:
     """Committed files are whole; every other chunk in Chroma belongs to a pending or garbage
     version (the next run deletes it). Returns how many pending versions had chunks written."""
-    idx = DocumentIndex(IndexConfig(index_dir=index_dir), embedder=embedder)
+    idx = DocumentIndex(IndexConfig(index_dir=index_dir, **SMALL_CHUNKS), embedder=embedder)
     try:
         by_ver: dict[str, int] = {}
         for cid in idx.store.ids(idx.space):
@@ -91,8 +92,8 @@ def test_kill_at_random_points_then_resume(tmp_path, embedder):
     markers = {n: f"zq{n:02d}a" for n in range(10)}
     for n, marker in markers.items():
         _small(docs, n, marker)
-    write(docs / "m_big1.txt", cycled(seed=1, paragraphs=1500))
-    write(docs / "m_big2.txt", cycled(seed=2, paragraphs=1500))
+    write(docs / "m_big1.txt", prose(8000, seed=1))
+    write(docs / "m_big2.txt", prose(8000, seed=2))
 
     killed, mid_file = 0, 0
     for round_no in range(ROUNDS):
@@ -109,10 +110,10 @@ def test_kill_at_random_points_then_resume(tmp_path, embedder):
         new = 10 + round_no
         markers[new] = f"zq{new:02d}a"
         _small(docs, new, markers[new])
-        write(docs / f"m_big{1 + round_no % 2}.txt", cycled(seed=10 + round_no, paragraphs=1500))
+        write(docs / f"m_big{1 + round_no % 2}.txt", prose(8000, seed=10 + round_no))
     assert killed >= ROUNDS - 1 and mid_file >= 2, (killed, mid_file)
 
-    idx = DocumentIndex(IndexConfig(index_dir=index_dir), embedder=embedder)
+    idx = DocumentIndex(IndexConfig(index_dir=index_dir, **SMALL_CHUNKS), embedder=embedder)
     report = idx.ingest([docs])
     assert report.failed == []
     on_disk = {str(p) for p in docs.iterdir()}
