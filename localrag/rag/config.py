@@ -43,6 +43,8 @@ class IndexConfig:
     embedding_model: a sentence-transformers folder; None = the bundled MiniLM.
     rrf_k / dense_weight / bm25_weight: reciprocal rank fusion,
     ``w / (rrf_k + rank)`` summed over the two rankings.
+    parse_worker: parse and chunk on a worker thread while this one embeds and writes (False:
+    one thread does both in turn; ``bench ingest-pipeline`` measures the two).
     max_file_mb: a larger file is refused with that reason (0 = no limit). Time is linear
     in a file's size and memory does not grow with it; the cap only bounds how long one
     file may hold up the rest (embedding runs at roughly 0.05 MB/s of unique text on 2 cores).
@@ -62,6 +64,7 @@ class IndexConfig:
     bm25_weight: float = 1.0
     candidates: int = 50
     max_file_mb: int = 256
+    parse_worker: bool = True
 
     def __post_init__(self) -> None:
         if not 16 <= self.chunk_tokens <= MINILM_MAX_TOKENS - 2:

@@ -353,3 +353,4 @@ class DocumentIndex:
 
     def close(self) -> None:
         self.manifest.close()
+        self.store.close()

@@ -27,7 +27,7 @@ Progress events carry files done, chunks/s and an ETA from the bytes done so far
 
 from __future__ import annotations
 
-import hashlib
+import contextlib
 import json
 import os
 import queue
@@ -46,8 +46,9 @@ from localrag.rag.manifest import FileRecord, Manifest
 from localrag.rag.parse import ParseError, check_file, parse_file
 from localrag.rag.records import IngestEvent, IngestReport
 from localrag.rag.store import ChromaStore
+from localrag.rag.targets import Snapshot, Target, expand, file_sha256, size_of, under
 
-__all__ = ["Build", "IndexParts", "IngestRun", "Target", "collect_garbage", "expand", "file_sha256", "recover"]
+__all__ = ["Build", "IndexParts", "IngestRun", "collect_garbage", "recover"]
 
 WRITE_BATCH = 256  # chunks per embed + Chroma add
 MIN_BATCH = 32  # a batch goes early once the writer would otherwise wait
@@ -78,16 +79,6 @@ class IndexParts:
     chunker: Chunker
     embedder: MiniLMEmbedding
     build: Build
-
-
-@dataclass(frozen=True)
-class Target:
-    """One file this run looks at: its position, path, size on disk and any error from the walk."""
-
-    index: int
-    path: str
-    size: int = 0
-    error: str = ""
 
 
 # ---- items from the worker thread to the writer
@@ -148,14 +139,6 @@ class _OpenFile:
     chars: int = 0
 
 
-def file_sha256(path: str | os.PathLike) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(1 << 20):
-            h.update(block)
-    return h.hexdigest()
-
-
 def collect_garbage(manifest: Manifest, store: ChromaStore) -> None:
     """Delete superseded versions' chunks; a garbage row goes only once Chroma confirms."""
     for ver, space in manifest.garbage():
@@ -189,46 +172,23 @@ class IngestRun:
     def run(self, paths: Iterable[str | os.PathLike]) -> IngestReport:
         """Plan, pipeline, reconcile; the report is also kept on ``self.report`` if this raises."""
         self.targets, roots = self.plan(paths)
+        # Read here: the manifest's connection belongs to this thread.
+        snapshot = Snapshot(self.p.manifest.files(self.coll))
         self.emit(self._event("start"))
-        items: queue.Queue = queue.Queue(maxsize=QUEUE_ITEMS)
-        stop = threading.Event()
-        worker = threading.Thread(
-            target=self.produce, args=(items, stop), name="localrag-ingest-parse", daemon=True
-        )
-        worker.start()
         try:
-            self.consume(items)
+            if self.p.config.parse_worker:
+                self._consume_from_worker(snapshot)
+            else:  # one thread: each batch is parsed, then embedded and written
+                self.consume(self.produce(snapshot, writer_idle=lambda: False))
         finally:
-            stop.set()  # a worker blocked on the full queue notices within its put timeout
-            worker.join()
             self._abandon_open()
         self.reconcile(roots)
         return self.report
 
-    # ------------------------------------------------------------ 1. plan
-    def plan(self, paths: Iterable[str | os.PathLike]) -> tuple[list[Target], list[str]]:
-        """Files to look at, and the roots (folders, vanished paths) whose vanished files are reconciled."""
-        walked = list(expand(paths))
-        listed = {path for path, _ in walked}
-        roots = [path for path, error in walked if error == "file not found" or os.path.isdir(path)]
-        files = [(path, error) for path, error in walked if not os.path.isdir(path)]
-        # A vanished path that was indexed is reconciled (removed), not reported as a failure.
-        files = [(p, e) for p, e in files if not (e == "file not found" and self._known_under(p))]
-        # Files indexed with other settings are re-embedded by this ingest, whatever was asked.
-        for rec in self.p.manifest.files(self.coll):
-            if not self.p.build.fresh(rec) and rec.path not in listed and os.path.lexists(rec.path):
-                files.append((rec.path, ""))
-        targets = [Target(i, path, _size(path), error) for i, (path, error) in enumerate(files, start=1)]
-        return targets, roots
-
-    def _known_under(self, root: str) -> bool:
-        return any(_under(r.path, root) for r in self.p.manifest.files(self.coll)) or any(
-            _under(p, root) for p in self.p.manifest.failures(self.coll)
-        )
-
-    # ------------------------------------------------------------ 2. produce (worker thread)
-    def produce(self, items: queue.Queue, stop: threading.Event) -> None:
-        """Decide each file from a manifest snapshot; parse and chunk those to index into batches."""
+    def _consume_from_worker(self, snapshot: Snapshot) -> None:
+        """Run ``produce`` on a worker thread feeding a bounded queue; write on this thread."""
+        items: queue.Queue = queue.Queue(maxsize=QUEUE_ITEMS)
+        stop = threading.Event()
 
         def put(item) -> None:
             while not stop.is_set():
@@ -239,30 +199,65 @@ class IngestRun:
                     continue
             raise _Stopped
 
-        try:
-            snapshot = _Snapshot(self.p.manifest.files(self.coll))
-            batch = _Batch()
-            for target in self.targets:
-                decided = self._decide(target, snapshot)
-                if not isinstance(decided, _Opened):
-                    put(decided)
-                    continue
-                batch = self._chunk_file(decided, batch, put, items)
-                if batch.chunks and items.empty():  # the writer is waiting: hand it what there is
-                    put(batch)
-                    batch = _Batch()
-            if batch.chunks or batch.closed:
-                put(batch)
-            put(_END)
-        except _Stopped:
-            return
-        except BaseException as exc:  # a bug here must reach the writer, not die with the thread
+        def pump() -> None:
             try:
-                put(_Crashed(exc))
+                for item in self.produce(snapshot, writer_idle=items.empty):
+                    put(item)
+                put(_END)
             except _Stopped:
                 return
+            except BaseException as exc:  # a bug here must reach the writer, not die with the thread
+                with contextlib.suppress(_Stopped):
+                    put(_Crashed(exc))
 
-    def _decide(self, target: Target, snapshot: _Snapshot) -> _Decided | _Opened:
+        worker = threading.Thread(target=pump, name="localrag-ingest-parse", daemon=True)
+        worker.start()
+        try:
+            self.consume(iter(items.get, _END))
+        finally:
+            stop.set()  # a worker blocked on the full queue notices within its put timeout
+            worker.join()
+
+    # ------------------------------------------------------------ 1. plan
+    def plan(self, paths: Iterable[str | os.PathLike]) -> tuple[list[Target], list[str]]:
+        """Files to look at, and the roots (folders, vanished paths) whose vanished files are reconciled."""
+        walked = list(expand(paths))
+        listed = {path for path, _ in walked}
+        roots = [path for path, error in walked if error == "file not found" or os.path.isdir(path)]
+        files = [(path, error) for path, error in walked if not os.path.isdir(path)]
+        # A vanished path that was indexed is reconciled (removed), not reported as a failure.
+        files = [(p, e) for p, e in files if not (e == "file not found" and self._knownunder(p))]
+        # Files indexed with other settings are re-embedded by this ingest, whatever was asked.
+        for rec in self.p.manifest.files(self.coll):
+            if not self.p.build.fresh(rec) and rec.path not in listed and os.path.lexists(rec.path):
+                files.append((rec.path, ""))
+        targets = [Target(i, path, size_of(path), error) for i, (path, error) in enumerate(files, start=1)]
+        return targets, roots
+
+    def _knownunder(self, root: str) -> bool:
+        return any(under(r.path, root) for r in self.p.manifest.files(self.coll)) or any(
+            under(p, root) for p in self.p.manifest.failures(self.coll)
+        )
+
+    # ------------------------------------------------------------ 2. produce (worker thread)
+    def produce(self, snapshot: Snapshot, writer_idle: Callable[[], bool]) -> Iterator[object]:
+        """Decide each file from the manifest's snapshot; parse and chunk those to index into
+        batches. ``writer_idle``: whether the writer is waiting (then a batch goes out at MIN_BATCH).
+        Touches neither the manifest nor Chroma (it runs on the worker thread)."""
+        batch = _Batch()
+        for target in self.targets:
+            decided = self._decide(target, snapshot)
+            if not isinstance(decided, _Opened):
+                yield decided
+                continue
+            batch = yield from self._chunk_file(decided, batch, writer_idle)
+            if batch.chunks and writer_idle():  # hand the waiting writer what there is
+                yield batch
+                batch = _Batch()
+        if batch.chunks or batch.closed:
+            yield batch
+
+    def _decide(self, target: Target, snapshot: Snapshot) -> _Decided | _Opened:
         if target.error:
             return _Decided(target, "failed", reason=target.error)
         try:
@@ -281,13 +276,13 @@ class IngestRun:
         if old is not None and old.content_hash == digest and self.p.build.fresh(old):
             return _Decided(target, "skipped", chunks=old.n_chunks)
         if old is None:
-            other = snapshot.claim_moved(digest, self.p.build)
+            other = snapshot.claim_moved(digest, self.p.build.fresh)
             if other is not None:
                 return _Decided(target, "moved", chunks=other.n_chunks, moved_from=other.path)
         return _Opened(target, digest, st.st_size, old)
 
-    def _chunk_file(self, opened: _Opened, batch: _Batch, put, items: queue.Queue) -> _Batch:
-        """Stream one file's chunks into batches; returns the batch still being filled."""
+    def _chunk_file(self, opened: _Opened, batch: _Batch, writer_idle: Callable[[], bool]):
+        """Stream one file's chunks into batches (yielding full ones); returns the batch still being filled."""
         key = opened.target.index
         seq = 0
         stored: set[str] = set()  # text hashes of this file's chunks so far
@@ -298,30 +293,27 @@ class IngestRun:
                     continue  # see the module docstring: a repeated chunk of one file is stored once
                 stored.add(digest)
                 if seq == 0:
-                    put(opened)
+                    yield opened
                 batch.chunks.append((key, seq, chunk))
                 seq += 1
-                full = len(batch.chunks) >= WRITE_BATCH
-                if full or (len(batch.chunks) >= MIN_BATCH and items.empty()):
-                    put(batch)
+                if len(batch.chunks) >= WRITE_BATCH or (len(batch.chunks) >= MIN_BATCH and writer_idle()):
+                    yield batch
                     batch = _Batch()
             reason = "" if seq else "no text found in file"
         except ParseError as exc:
             reason = str(exc)
-        except (_Stopped, KeyboardInterrupt):
-            raise
         except Exception as exc:  # one bad file must never stop the others
             reason = f"{type(exc).__name__}: {exc}"
         if not reason:
             batch.closed.append(key)
             return batch
         batch.chunks = [entry for entry in batch.chunks if entry[0] != key]
-        put(_Failed(opened.target, reason) if seq else _Decided(opened.target, "failed", reason=reason))
+        yield _Failed(opened.target, reason) if seq else _Decided(opened.target, "failed", reason=reason)
         return batch
 
     # ------------------------------------------------------------ 3. consume (this thread)
-    def consume(self, items: queue.Queue) -> None:
-        while (item := items.get()) is not _END:
+    def consume(self, items: Iterable[object]) -> None:
+        for item in items:
             if isinstance(item, _Crashed):
                 raise item.error
             if isinstance(item, _Decided):
@@ -448,12 +440,12 @@ class IngestRun:
         gone = [
             r.path
             for r in self.p.manifest.files(self.coll)
-            if any(_under(r.path, root) for root in roots) and not os.path.lexists(r.path)
+            if any(under(r.path, root) for root in roots) and not os.path.lexists(r.path)
         ]
         failed_gone = [
             path
             for path in self.p.manifest.failures(self.coll)
-            if any(_under(path, root) for root in roots) and not os.path.lexists(path)
+            if any(under(path, root) for root in roots) and not os.path.lexists(path)
         ]
         if self.keep_missing:
             self.report.missing = sorted(gone)
@@ -493,55 +485,3 @@ class IngestRun:
             eta_s=None if eta is None else max(0.0, eta),
             **fields,
         )
-
-
-class _Snapshot:
-    """The manifest's file rows at the start of the run (only this run writes while it holds the lock)."""
-
-    def __init__(self, records: list[FileRecord]) -> None:
-        self.by_path = {r.path: r for r in records}
-        self.by_hash: dict[str, list[FileRecord]] = {}
-        for r in records:
-            self.by_hash.setdefault(r.content_hash, []).append(r)
-        self.claimed: set[str] = set()
-
-    def claim_moved(self, digest: str, build: Build) -> FileRecord | None:
-        """An indexed file with this content whose path is gone: the file moved (claimed once)."""
-        for other in self.by_hash.get(digest, []):
-            if build.fresh(other) and other.path not in self.claimed and not os.path.lexists(other.path):
-                self.claimed.add(other.path)
-                return other
-        return None
-
-
-def expand(paths: Iterable[str | os.PathLike]) -> Iterator[tuple[str, str]]:
-    """Absolute paths with a pre-check error ('' when none): folders themselves, then the files
-    under them (walked recursively, hidden entries skipped), and plain paths as given."""
-    seen: set[str] = set()
-    for raw in paths:
-        p = os.path.abspath(os.path.expanduser(str(raw)))
-        if os.path.isdir(p):
-            items = [(p, "")]
-            for root, dirs, files in os.walk(p):
-                dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-                items += [(os.path.join(root, f), "") for f in sorted(files) if not f.startswith(".")]
-        elif os.path.lexists(p):
-            items = [(p, "")]
-        else:
-            items = [(p, "file not found")]
-        for item in items:
-            if item[0] not in seen:
-                seen.add(item[0])
-                yield item
-
-
-def _under(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
-
-
-def _size(path: str) -> int:
-    try:
-        return os.stat(path).st_size
-    except OSError:
-        return 0
-

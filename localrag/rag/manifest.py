@@ -17,7 +17,7 @@ Crash-safety protocol (every step is one SQLite transaction):
 A file that can no longer be indexed (emptied, now corrupt) or that was removed
 retires its version the same way: file row out, garbage row in, one transaction.
 Every mutation advances the collection's *generation*, which readers compare with
-what they have loaded (the BM25 index, another process's Chroma client).
+what they have loaded (the BM25 index).
 
 A SIGKILL anywhere leaves either a pending row (its chunks are deleted on the
 next start: no orphans) or a garbage row (same), and a file row exists only

@@ -67,6 +67,7 @@ class _LocalClient:
         self.depth = 0
         self.client = None
         self.epoch = -1  # the epoch the open client reflects
+        self.users = 0  # ChromaStore objects of this process using it
 
     @contextmanager
     def session(self) -> Iterator[None]:
@@ -121,12 +122,23 @@ class _LocalClients:
     by_dir: dict[Path, _LocalClient] = {}
 
     @classmethod
-    def get(cls, index_dir: Path) -> _LocalClient:
+    def acquire(cls, index_dir: Path) -> _LocalClient:
         key = index_dir.resolve()
         with cls.lock:
-            if key not in cls.by_dir:
-                cls.by_dir[key] = _LocalClient(key)
-            return cls.by_dir[key]
+            local = cls.by_dir.setdefault(key, _LocalClient(key))
+            local.users += 1
+            return local
+
+    @classmethod
+    def release(cls, local: _LocalClient) -> None:
+        """The last user of a folder's client closes it (its files, its graphs in memory)."""
+        with cls.lock, local.mutex:
+            local.users -= 1
+            if local.users == 0:
+                cls.by_dir.pop(local.chroma_dir.parent, None)
+                if local.client is not None:
+                    local.client.close()
+                    local.client = None
 
 
 class ChromaStore:
@@ -142,8 +154,9 @@ class ChromaStore:
             self._local = None
         else:
             self.address = str(index_dir / "chroma")
-            self._local = _LocalClients.get(index_dir)
+            self._local = _LocalClients.acquire(index_dir)
         self._http = None
+        self._closed = False
 
     # ------------------------------------------------------------ sessions
     @contextmanager
@@ -156,8 +169,16 @@ class ChromaStore:
             except httpx.TransportError as exc:
                 raise self.unavailable(exc) from exc
             return
+        if self._closed:
+            raise RuntimeError("this index was closed")
         with self._local.session():
             yield
+
+    def close(self) -> None:
+        """Release the shared local client (closed with its last user); a no-op for a server."""
+        if self._local is not None and not self._closed:
+            self._closed = True
+            _LocalClients.release(self._local)
 
     def client(self):
         """The Chroma client (call inside a session)."""

@@ -151,6 +151,18 @@ def test_file_over_the_size_cap_is_refused_with_the_reason(make_index, folder):
     assert report.added == 3
 
 
+def test_one_thread_ingest_matches_the_pipelined_one(make_index, tmp_path, folder):
+    write(folder / "long.txt", "\n\n".join(f"Paragraph {i} about harbour tides and copper kettles." for i in range(300)))
+    piped = make_index(index_dir=tmp_path / "piped")
+    inline = make_index(index_dir=tmp_path / "inline", parse_worker=False)
+    a, b = piped.ingest([folder]), inline.ingest([folder])
+    assert (a.added, a.chunks, a.failed) == (b.added, b.chunks, b.failed) == (4, a.chunks, [])
+    counts = [{Path(r.path).name: r.n_chunks for r in i.manifest.files("default")} for i in (piped, inline)]
+    assert counts[0] == counts[1]
+    assert_consistent(piped)
+    assert_consistent(inline)
+
+
 SEARCHER = textwrap.dedent("""
     import sys
     from localrag.rag.config import IndexConfig
