@@ -36,7 +36,7 @@ import numpy as np
 
 from localrag.rag.chunk import Chunk, Chunker, TokenCounter
 from localrag.rag.config import IndexConfig
-from localrag.rag.embed import MiniLMEmbedding, model_fingerprint, text_hash
+from localrag.rag.embed import Embedder, make_embedder, text_hash
 from localrag.rag.manifest import FileRecord, Manifest
 from localrag.rag.parse import ParseError, check_file, parse_file
 from localrag.rag.records import DocumentInfo, Hit, IngestEvent, IngestReport
@@ -61,18 +61,19 @@ def file_sha256(path: Path) -> str:
 class DocumentIndex:
     """Ingest, search, list and remove documents of one named collection."""
 
-    def __init__(self, config: IndexConfig | None = None, embedder: MiniLMEmbedding | None = None) -> None:
+    def __init__(self, config: IndexConfig | None = None, embedder: Embedder | None = None) -> None:
         """``embedder``: share one loaded model between indexes (it must match ``config``)."""
         self.config = config or IndexConfig()
         self.dir = Path(self.config.index_dir).expanduser()
         self.dir.mkdir(parents=True, exist_ok=True)
         self.manifest = Manifest(self.dir / "manifest.sqlite")
-        self.embedder = embedder or MiniLMEmbedding(
-            self.config.model_path, self.config.device, self.config.embed_batch
+        cfg = self.config
+        self.embedder = embedder or make_embedder(
+            cfg.model_path, cfg.embedding_backend, cfg.embed_batch, cfg.embed_threads, cfg.device
         )
-        if Path(self.embedder.model_path) != Path(self.config.model_path):
-            raise ValueError("the shared embedder was built for another model than config.embedding_model")
-        self.emb_fp = model_fingerprint(self.config.model_path)
+        if Path(self.embedder.model_path) != Path(cfg.model_path) or self.embedder.backend != cfg.embedding_backend:
+            raise ValueError("the shared embedder was built for another model or backend than config says")
+        self.emb_fp = self.embedder.fingerprint
         self.chunk_fp = self.config.chunk_fingerprint()
         self.space = f"{self.config.collection}-{hashlib.sha1(self.emb_fp.encode()).hexdigest()[:10]}"
         self._client = None
