@@ -71,6 +71,23 @@ def onnx_model_path(model_dir: str | Path, models_dir: Path | None = None) -> Pa
     return (models_dir or default_models_dir()) / "embeddings" / f"{name}-{digest}-{ONNX_RECIPE}" / "model.onnx"
 
 
+def ensure_onnx_model(model_dir: str | Path) -> Path:
+    """The int8 ONNX conversion of ``model_dir``, converted now (once, offline) if it is missing."""
+    path = onnx_model_path(model_dir)
+    if not path.is_file():
+        print(
+            f"[localrag] converting {model_dir} to int8 ONNX once, into {path} (scripts/setup.sh does this at install)",
+            file=sys.stderr,
+            flush=True,
+        )
+        # Lazy: the exporter imports torch and transformers (2-9 s measured here); only this
+        # one-time conversion needs them, never an ONNX embedder whose file exists.
+        from localrag.rag.onnx_export import export_int8
+
+        export_int8(model_dir, path)
+    return path
+
+
 def max_seq_length(model_dir: str | Path) -> int:
     """The model's input limit in word pieces, [CLS] and [SEP] included (sentence_bert_config.json)."""
     cfg = Path(model_dir) / "sentence_bert_config.json"
@@ -269,19 +286,7 @@ class OnnxEmbedding(CachedEmbedding):
     @property
     def session(self) -> onnxruntime.InferenceSession:
         if self._session is None:
-            path = self.onnx_path
-            if not path.is_file():
-                print(
-                    f"[localrag] {path} is missing (scripts/setup.sh makes it): converting "
-                    f"{self.model_path} to int8 ONNX now, once",
-                    file=sys.stderr,
-                    flush=True,
-                )
-                # Lazy: the exporter imports torch and transformers (~2-9 s); only this one-time
-                # conversion needs them, never an embedder whose file exists.
-                from localrag.rag.onnx_export import export_int8
-
-                export_int8(self.model_path, path)
+            path = ensure_onnx_model(self.model_path)
             options = onnxruntime.SessionOptions()
             threads = self.threads or int(os.environ.get("OMP_NUM_THREADS", "0") or 0)
             options.intra_op_num_threads = threads  # 0 = ONNX Runtime's default

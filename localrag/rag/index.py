@@ -273,6 +273,8 @@ class DocumentIndex:
             for key in ("page", "line_start", "line_end"):
                 if getattr(c, key) is not None:  # Chroma metadata has no null
                     meta[key] = getattr(c, key)
+            if c.ocr:
+                meta["ocr"] = True
             metas.append(meta)
         col.add(
             ids=[f"{ver}:{start + i}" for i in range(len(batch))],
@@ -388,6 +390,7 @@ class DocumentIndex:
                     line_start=meta.get("line_start"),
                     line_end=meta.get("line_end"),
                     heading_path=tuple(json.loads(meta.get("heading_path", "[]"))),
+                    ocr=bool(meta.get("ocr", False)),
                     dense_score=dense.get(cid),
                     bm25_score=lexical.get(cid),
                     fused_score=score,

@@ -8,16 +8,16 @@ ONNX Runtime's dynamic quantization with int8 weights per output channel
 per-tensor int8 measured a minimum cosine of 0.88 to the fp32 vectors on
 Python-docs chunks, per-channel 0.987.
 
-``scripts/setup.sh`` runs this module once at install; the ONNX embedder also
-builds the file on first use when it is missing. Nothing is downloaded: the
-weights come from the local folder.
+``scripts/setup.sh`` converts the bundled MiniLM at install through
+:func:`localrag.rag.embed.ensure_onnx_model`, which the ONNX embedder also calls
+on first use when the file is missing. Nothing is downloaded: the weights come
+from the local folder.
 
-    python -m localrag.rag.onnx_export [MODEL_DIR]     # default: the bundled MiniLM
+    export_int8("/path/to/all-MiniLM-L6-v2", Path("models/embeddings/.../model.onnx"))
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import os
@@ -30,9 +30,6 @@ import onnx
 import torch
 from onnxruntime.quantization import QuantType, quantize_dynamic
 from transformers import AutoModel
-
-from localrag.rag.config import bundled_embedding_model
-from localrag.rag.embed import onnx_model_path
 
 OPSET = 17
 
@@ -121,21 +118,3 @@ def quantize_int8(fp32: Path, out: Path) -> None:
         # The traced graph's dynamic shapes defeat ONNX shape inference on some MatMul outputs.
         extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
     )
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="convert a sentence-transformers folder to int8 ONNX (offline)")
-    parser.add_argument("model_dir", nargs="?", default=None, help="default: the bundled all-MiniLM-L6-v2")
-    args = parser.parse_args(argv)
-    model_dir = args.model_dir or bundled_embedding_model()
-    dest = onnx_model_path(model_dir)
-    if dest.is_file():
-        print(f"[setup] int8 ONNX embedder present: {dest}")
-        return 0
-    export_int8(model_dir, dest)
-    print(f"[setup] int8 ONNX embedder written: {dest}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
