@@ -41,7 +41,7 @@ from localrag.rag.config import IndexConfig
 from localrag.rag.embed import CachedEmbedding, OnnxEmbedding, TorchEmbedding, make_embedder
 from localrag.rag.index import DocumentIndex
 
-BACKENDS = ("torch", "onnx")
+COMPARED = ("torch", "onnx")  # old, new; the first of each round alternates
 RSS_SAMPLE_S = 0.02
 
 
@@ -161,15 +161,15 @@ def run_compare(path: Path, rounds: int = 4, sample: int | None = None, threads:
     groups = [files[i::rounds] for i in range(rounds) if files[i::rounds]]
     embedders: dict[str, CachedEmbedding] = {}
     runs: dict[str, BackendRun] = {}
-    for b in BACKENDS:
+    for b in COMPARED:
         embedders[b], runs[b] = load(b, threads)
     with tempfile.TemporaryDirectory(prefix="localrag-bench-compare-") as tmp, RssSampler() as sampler:
         indexes = {
             b: DocumentIndex(IndexConfig(index_dir=Path(tmp) / b, embedding_backend=b), embedder=embedders[b])
-            for b in BACKENDS
+            for b in COMPARED
         }
         for i, group in enumerate(groups):
-            order = BACKENDS if i % 2 == 0 else BACKENDS[::-1]
+            order = COMPARED if i % 2 == 0 else COMPARED[::-1]
             for b in order:
                 run, stats = runs[b], embedders[b].stats
                 texts, seconds = stats.texts, stats.seconds
@@ -185,13 +185,13 @@ def run_compare(path: Path, rounds: int = 4, sample: int | None = None, threads:
                 run.embedded += done
                 run.embed_seconds += took
                 run.round_embed_rate.append(done / took if took else 0.0)
-        for b in BACKENDS:
+        for b in COMPARED:
             indexes[b].close()
             runs[b].peak_rss_mb = sampler.peaks.get(b, 0.0)
     if recall:
         from localrag.bench.retrieval import run_squad
 
-        for b in BACKENDS:
+        for b in COMPARED:
             result = run_squad(backend=b, embedder=embedders[b])
             runs[b].recall = {m: result[m]["recall@5"] for m in ("dense", "bm25", "hybrid")}
     return summarize(path, files, runs)

@@ -22,6 +22,8 @@ from localrag.config import default_index_dir
 
 # The embedding model's hard input limit, including [CLS] and [SEP].
 MINILM_MAX_TOKENS = 256
+# The embedding backends (localrag.rag.embed): int8 ONNX Runtime (default) and fp32 torch.
+EMBEDDING_BACKENDS = ("onnx", "torch")
 # Bump when the chunker's output changes for the same settings: forces re-chunking.
 CHUNKER_VERSION = 1
 
@@ -71,8 +73,8 @@ class IndexConfig:
             raise ValueError(f"chunk_tokens must be in 16..{MINILM_MAX_TOKENS - 2}, got {self.chunk_tokens}")
         if not 0 <= self.overlap_tokens < self.chunk_tokens // 2:
             raise ValueError("overlap_tokens must be >= 0 and less than half of chunk_tokens")
-        if self.embedding_backend not in ("onnx", "torch"):
-            raise ValueError(f"embedding_backend must be 'onnx' or 'torch', got {self.embedding_backend!r}")
+        if self.embedding_backend not in EMBEDDING_BACKENDS:
+            raise ValueError(f"embedding_backend must be one of {EMBEDDING_BACKENDS}, got {self.embedding_backend!r}")
         name = self.collection
         if not name[:1].isalnum() or not name.replace("-", "").replace("_", "").isalnum():
             raise ValueError(

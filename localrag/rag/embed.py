@@ -39,9 +39,9 @@ from chromadb.api.types import Documents, EmbeddingFunction, Embeddings
 from tokenizers import Tokenizer
 
 from localrag.config import default_models_dir
+from localrag.rag.config import EMBEDDING_BACKENDS
 
 CACHE_ENTRIES = 8192
-BACKENDS = ("onnx", "torch")
 # Bump when the ONNX export or quantization changes: it is part of the fingerprint and the
 # converted file's folder, so an index built with an older file is re-embedded, never mixed.
 ONNX_RECIPE = "onnx-int8pc-v1"
@@ -341,4 +341,4 @@ def make_embedder(
         return OnnxEmbedding(model_path, batch_size, threads)
     if backend == "torch":
         return TorchEmbedding(model_path, batch_size, threads, device)
-    raise ValueError(f"embedding backend must be one of {BACKENDS}, got {backend!r}")
+    raise ValueError(f"embedding backend must be one of {EMBEDDING_BACKENDS}, got {backend!r}")
