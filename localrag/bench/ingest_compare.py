@@ -17,6 +17,8 @@ machine hit both alike. For each backend it reports:
 * peak RSS: sampled every 20 ms, attributed to the backend that was ingesting (both
   models stay loaded throughout, so each peak includes the other model too); the RSS
   growth when each model loaded; the process's overall peak;
+* cosine of the ONNX vectors to the torch ones, read back from both indexes for every
+  chunk text both stored (min, 1st percentile, median);
 * recall@5 on SQuAD v2 dev (``bench retrieval``, dense and hybrid) with each embedder,
   unless ``--no-recall``.
 
@@ -35,11 +37,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import psutil
 
 from localrag.rag.config import IndexConfig
 from localrag.rag.embed import CachedEmbedding, OnnxEmbedding, TorchEmbedding, make_embedder
-from localrag.rag.index import DocumentIndex
+from localrag.rag.index import READ_PAGE, DocumentIndex
 
 COMPARED = ("torch", "onnx")  # old, new; the first of each round alternates
 RSS_SAMPLE_S = 0.02
@@ -185,6 +188,7 @@ def run_compare(path: Path, rounds: int = 4, sample: int | None = None, threads:
                 run.embedded += done
                 run.embed_seconds += took
                 run.round_embed_rate.append(done / took if took else 0.0)
+        cosine = stored_cosine(indexes["torch"], indexes["onnx"])
         for b in COMPARED:
             indexes[b].close()
             runs[b].peak_rss_mb = sampler.peaks.get(b, 0.0)
@@ -194,10 +198,39 @@ def run_compare(path: Path, rounds: int = 4, sample: int | None = None, threads:
         for b in COMPARED:
             result = run_squad(backend=b, embedder=embedders[b])
             runs[b].recall = {m: result[m]["recall@5"] for m in ("dense", "bm25", "hybrid")}
-    return summarize(path, files, runs)
+    return summarize(path, files, runs, cosine)
 
 
-def summarize(path: Path, files: list[Path], runs: dict[str, BackendRun]) -> dict:
+def stored_vectors(index: DocumentIndex) -> dict[str, np.ndarray]:
+    """text hash -> the vector the index stored for it (read back from Chroma, page by page)."""
+    col = index._collection(index.space, create=False)
+    out: dict[str, np.ndarray] = {}
+    offset = 0
+    while True:
+        page = col.get(include=["embeddings", "metadatas"], limit=READ_PAGE, offset=offset)
+        if not page["ids"]:
+            return out
+        for meta, vec in zip(page["metadatas"], page["embeddings"], strict=True):
+            out[meta["text_hash"]] = np.asarray(vec, dtype=np.float32)
+        offset += len(page["ids"])
+
+
+def stored_cosine(old: DocumentIndex, new: DocumentIndex) -> dict:
+    """Cosine between the two backends' stored vectors of every chunk text both indexed."""
+    a, b = stored_vectors(old), stored_vectors(new)
+    shared = sorted(a.keys() & b.keys())
+    if not shared:
+        return {}
+    cos = np.einsum("ij,ij->i", np.stack([a[k] for k in shared]), np.stack([b[k] for k in shared]))
+    return {
+        "chunks": len(shared),
+        "min": round(float(cos.min()), 4),
+        "p1": round(float(np.percentile(cos, 1)), 4),
+        "median": round(float(np.median(cos)), 4),
+    }
+
+
+def summarize(path: Path, files: list[Path], runs: dict[str, BackendRun], cosine: dict) -> dict:
     old, new = runs["torch"], runs["onnx"]
     round_pipeline = [o / n for o, n in zip(old.round_pipeline_seconds, new.round_pipeline_seconds, strict=True) if n]
     round_embed = [n / o for o, n in zip(old.round_embed_rate, new.round_embed_rate, strict=True) if o]
@@ -214,6 +247,7 @@ def summarize(path: Path, files: list[Path], runs: dict[str, BackendRun]) -> dic
         "embed_speedup_round_median": round(statistics.median(round_embed), 3) if round_embed else None,
         "pipeline_speedup_round_median": round(statistics.median(round_pipeline), 3) if round_pipeline else None,
         "process_peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "cosine_onnx_to_torch": cosine,
     }
 
 
@@ -243,3 +277,9 @@ def print_compare(result: dict) -> None:
         f"faster (median of rounds {result['pipeline_speedup_round_median']}x); "
         f"process peak RSS {result['process_peak_rss_mb']} MB (both models loaded)"
     )
+    cos = result["cosine_onnx_to_torch"]
+    if cos:
+        print(
+            f"cosine of the stored ONNX vectors to the torch ones over {cos['chunks']} distinct chunks: "
+            f"min {cos['min']}, 1st percentile {cos['p1']}, median {cos['median']}"
+        )
