@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import resource
 import statistics
+import sys
 import tempfile
 import threading
 import time
@@ -188,6 +189,12 @@ def run_compare(path: Path, rounds: int = 4, sample: int | None = None, threads:
                 run.embedded += done
                 run.embed_seconds += took
                 run.round_embed_rate.append(done / took if took else 0.0)
+                print(
+                    f"[compare] round {i + 1}/{len(groups)} {b}: {report.seen} files, {report.chunks} chunks, "
+                    f"pipeline {report.seconds:.1f} s, embed {done} texts in {took:.1f} s",
+                    file=sys.stderr,
+                    flush=True,
+                )
         cosine = stored_cosine(indexes["torch"], indexes["onnx"])
         for b in COMPARED:
             indexes[b].close()
