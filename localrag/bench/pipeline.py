@@ -30,12 +30,12 @@ def _files(path: Path, n: int) -> list[Path]:
 
 def _run(files: list[Path], parse_worker: bool) -> tuple[float, int]:
     from localrag.rag.config import IndexConfig
-    from localrag.rag.embed import MiniLMEmbedding
+    from localrag.rag.embed import make_embedder
     from localrag.rag.index import DocumentIndex
 
     with tempfile.TemporaryDirectory(prefix="localrag-bench-pipeline-") as tmp:
         cfg = IndexConfig(index_dir=Path(tmp) / "index", parse_worker=parse_worker)
-        embedder = MiniLMEmbedding(cfg.model_path, cfg.device, cfg.embed_batch)
+        embedder = make_embedder(cfg.model_path, cfg.embedding_backend, cfg.embed_batch, cfg.embed_threads, cfg.device)
         index = DocumentIndex(cfg, embedder=embedder)
         embedder.embed(["warm up the model"])
         _ = index.chunker

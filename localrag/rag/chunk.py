@@ -42,6 +42,7 @@ class Chunk:
     line_start: int | None
     line_end: int | None
     heading_path: tuple[str, ...]
+    ocr: bool = False  # read by OCR (chunks never straddle PDF pages, and OCR is per page)
 
 
 class TokenCounter:
@@ -230,6 +231,7 @@ class _Packer:
             line_start=min(starts) if starts else None,
             line_end=max(ends) if ends else None,
             heading_path=items[-1][0].heading_path,
+            ocr=items[0][0].ocr,
         )
 
 

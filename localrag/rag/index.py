@@ -42,7 +42,7 @@ import numpy as np
 
 from localrag.rag.chunk import Chunker, TokenCounter
 from localrag.rag.config import IndexConfig
-from localrag.rag.embed import MiniLMEmbedding, model_fingerprint
+from localrag.rag.embed import Embedder, make_embedder
 from localrag.rag.ingest import Build, IndexParts, IngestRun, collect_garbage, recover
 from localrag.rag.manifest import Manifest
 from localrag.rag.records import DocumentInfo, Hit, IngestEvent, IngestReport
@@ -70,18 +70,19 @@ class NeedsReindex(RuntimeError):
 class DocumentIndex:
     """Ingest, search, list and remove documents of one named collection."""
 
-    def __init__(self, config: IndexConfig | None = None, embedder: MiniLMEmbedding | None = None) -> None:
+    def __init__(self, config: IndexConfig | None = None, embedder: Embedder | None = None) -> None:
         """``embedder``: share one loaded model between indexes (it must match ``config``)."""
         self.config = config or IndexConfig()
         self.dir = Path(self.config.index_dir).expanduser()
         self.dir.mkdir(parents=True, exist_ok=True)
         self.manifest = Manifest(self.dir / "manifest.sqlite")
-        self.embedder = embedder or MiniLMEmbedding(
-            self.config.model_path, self.config.device, self.config.embed_batch
+        cfg = self.config
+        self.embedder = embedder or make_embedder(
+            cfg.model_path, cfg.embedding_backend, cfg.embed_batch, cfg.embed_threads, cfg.device
         )
-        if Path(self.embedder.model_path) != Path(self.config.model_path):
-            raise ValueError("the shared embedder was built for another model than config.embedding_model")
-        self.emb_fp = model_fingerprint(self.config.model_path)
+        if Path(self.embedder.model_path) != Path(cfg.model_path) or self.embedder.backend != cfg.embedding_backend:
+            raise ValueError("the shared embedder was built for another model or backend than config says")
+        self.emb_fp = self.embedder.fingerprint
         self.chunk_fp = self.config.chunk_fingerprint()
         self.space = f"{self.config.collection}-{hashlib.sha1(self.emb_fp.encode()).hexdigest()[:10]}"
         self.build = Build(self.space, self.emb_fp, self.chunk_fp)
@@ -215,9 +216,9 @@ class DocumentIndex:
         collection was embedded with another model), never an empty answer instead.
         """
         dense, lexical = self.rank(query, max(self.config.candidates, k))
-        fused = rrf_fuse(
-            [[c for c, _ in dense], [c for c, _ in lexical]],
-            [self.config.dense_weight, self.config.bm25_weight],
+        fused = rrf_fuse(  # lexical first: on a tie, a chunk holding the query's words wins
+            [[c for c, _ in lexical], [c for c, _ in dense]],
+            [self.config.bm25_weight, self.config.dense_weight],
             self.config.rrf_k,
         )[:k]
         return self._hits(fused, dict(dense), dict(lexical))
@@ -285,6 +286,7 @@ class DocumentIndex:
                     line_start=meta.get("line_start"),
                     line_end=meta.get("line_end"),
                     heading_path=tuple(json.loads(meta.get("heading_path", "[]"))),
+                    ocr=bool(meta.get("ocr", False)),
                     dense_score=dense.get(cid),
                     bm25_score=lexical.get(cid),
                     fused_score=score,

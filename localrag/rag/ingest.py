@@ -41,7 +41,7 @@ import numpy as np
 
 from localrag.rag.chunk import Chunk, Chunker
 from localrag.rag.config import IndexConfig
-from localrag.rag.embed import MiniLMEmbedding, text_hash
+from localrag.rag.embed import Embedder, text_hash
 from localrag.rag.manifest import FileRecord, Manifest
 from localrag.rag.parse import ParseError, check_file, parse_file
 from localrag.rag.records import IngestEvent, IngestReport
@@ -77,7 +77,7 @@ class IndexParts:
     manifest: Manifest
     store: ChromaStore
     chunker: Chunker
-    embedder: MiniLMEmbedding
+    embedder: Embedder
     build: Build
 
 
@@ -389,10 +389,12 @@ class IngestRun:
             for name in ("page", "line_start", "line_end"):
                 if getattr(chunk, name) is not None:  # Chroma metadata has no null
                     meta[name] = getattr(chunk, name)
+            if chunk.ocr:
+                meta["ocr"] = True
             metas.append(meta)
         with self.p.store.session():
             col = self.p.store.collection(self.p.build.space)
-            col.add(ids=ids, embeddings=vectors, documents=texts, metadatas=metas)
+            self.p.store.add(col, ids, vectors, texts, metas)
 
     def _reuse_vectors(self, hashes: list[str]) -> None:
         """Copy vectors of identical chunks already in the space (edited/copied files) into the cache."""

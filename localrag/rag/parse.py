@@ -4,10 +4,10 @@ Every parser is a generator of :class:`Unit` (a line or paragraph with its page
 or line span and heading path), so a huge plain-text file is never held in
 memory. Units are bounded too: a line (or HTML block) longer than MAX_UNIT_CHARS
 comes as several units cut between words, so a 30 MB single-line file streams like
-any other. The libraries do the format work: pypdf (PDF), python-docx (DOCX), the
-standard library's incremental ``html.parser`` (HTML, streamed at any size),
-markdown-it-py (Markdown). Anything wrong with a file is raised as
-:class:`ParseError` with a message meant for the user.
+any other. The libraries do the format work: pypdf (PDF; pages without a text layer are
+read by OCR, see :mod:`localrag.rag.ocr`), python-docx (DOCX), the standard library's
+incremental ``html.parser`` (HTML, streamed at any size), markdown-it-py (Markdown).
+Anything wrong with a file is raised as :class:`ParseError` with a message meant for the user.
 
     from localrag.rag.parse import parse_file
     for unit in parse_file("notes.md"):
@@ -27,6 +27,10 @@ from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import TextIO
+
+import pypdfium2
+
+from localrag.rag.ocr import OcrUnavailable, PageReader
 
 MARKDOWN_EXT = {".md", ".markdown", ".mdown", ".mkd"}
 HTML_EXT = {".html", ".htm", ".xhtml"}
@@ -62,6 +66,7 @@ class Unit:
     new_block marks the first unit of a paragraph, heading, table or code block:
     the chunker prefers to cut there. line_start/line_end are 1-based and
     inclusive (for DOCX: paragraph numbers; for PDF: lines within ``page``).
+    ocr: the text was read from the page's image by OCR (a PDF page without a text layer).
     """
 
     text: str
@@ -71,6 +76,7 @@ class Unit:
     line_start: int | None = None
     line_end: int | None = None
     heading_path: tuple[str, ...] = ()
+    ocr: bool = False
 
 
 def supported(path: str | os.PathLike) -> bool:
@@ -485,18 +491,46 @@ def _parse_pdf(p: Path) -> Iterator[Unit]:
     except (PdfReadError, PdfStreamError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ParseError(f"corrupt PDF: {exc}") from exc
     found = False
-    for page_no in range(1, n_pages + 1):
-        try:
-            text = reader.pages[page_no - 1].extract_text() or ""
-        except FileNotDecryptedError as exc:
-            raise ParseError("encrypted PDF: a password is required") from exc
-        except Exception as exc:  # pypdf raises many types on damaged content streams
-            raise ParseError(f"corrupt PDF (page {page_no}): {exc}") from exc
-        first = True
-        for n, line in enumerate(text.splitlines(), start=1):
-            if line.strip():
-                found = True
-                yield Unit(line.strip(), "text", first, page_no, n, n)
-                first = False
+    scans = PageReader(p)
+    try:
+        for page_no in range(1, n_pages + 1):
+            units = list(_pdf_text_layer(reader, page_no)) or list(_pdf_ocr(scans, page_no))
+            found = found or bool(units)
+            yield from units
+    finally:
+        scans.close()
     if not found:
-        raise ParseError("PDF has no text layer (scanned images?); OCR is not supported")
+        raise ParseError("PDF has no text: no text layer, and OCR found none on its pages")
+
+
+def _pdf_text_layer(reader, page_no: int) -> Iterator[Unit]:
+    from pypdf.errors import FileNotDecryptedError
+
+    try:
+        text = reader.pages[page_no - 1].extract_text() or ""
+    except FileNotDecryptedError as exc:
+        raise ParseError("encrypted PDF: a password is required") from exc
+    except Exception as exc:  # pypdf raises many types on damaged content streams
+        raise ParseError(f"corrupt PDF (page {page_no}): {exc}") from exc
+    first = True
+    for n, line in enumerate(text.splitlines(), start=1):
+        if line.strip():
+            yield Unit(line.strip(), "text", first, page_no, n, n)
+            first = False
+
+
+def _pdf_ocr(scans: PageReader, page_no: int) -> Iterator[Unit]:
+    """A page without a text layer (a scan): its rendered image read by OCR, line by line."""
+    try:
+        lines = scans.lines(page_no)
+    except OcrUnavailable as exc:
+        raise ParseError(f"page {page_no} has no text layer and needs OCR, but {exc}") from exc
+    except pypdfium2.PdfiumError as exc:
+        raise ParseError(f"corrupt PDF (page {page_no} cannot be rendered for OCR): {exc}") from exc
+    blank = True
+    for n, line in enumerate(lines, start=1):
+        if not line:
+            blank = True
+            continue
+        yield Unit(line, "text", blank, page_no, n, n, ocr=True)
+        blank = False

@@ -3,7 +3,7 @@
 Plain frozen dataclasses, JSON-ready through ``to_dict``; no behaviour beyond
 formatting, so the UI, the CLI and the chat layer can all consume them.
 
-    hit.citation()            # 'report.pdf p.3' / 'notes.md lines 10-24'
+    hit.citation()            # 'report.pdf p.3' / 'scan.pdf p.2 (OCR)' / 'notes.md lines 10-24'
     report.to_dict()          # {'seen': 12, 'added': 10, ..., 'failed': [{'path':..,'reason':..}]}
 """
 
@@ -19,7 +19,8 @@ class Hit:
 
     dense_score is cosine similarity (None if the chunk was not among the dense
     candidates), bm25_score the raw BM25 score (None likewise), fused_score the
-    reciprocal-rank-fusion score used for the final order.
+    reciprocal-rank-fusion score used for the final order. ocr: the chunk's text
+    was read by OCR from a scanned PDF page (its citation says so).
     """
 
     chunk_id: str
@@ -32,11 +33,12 @@ class Hit:
     dense_score: float | None
     bm25_score: float | None
     fused_score: float
+    ocr: bool = False
 
     def citation(self) -> str:
         name = Path(self.file).name
         if self.page is not None:
-            return f"{name} p.{self.page}"
+            return f"{name} p.{self.page} (OCR)" if self.ocr else f"{name} p.{self.page}"
         if self.line_start is None:
             return name
         same = self.line_end is None or self.line_end == self.line_start

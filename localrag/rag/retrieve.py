@@ -160,9 +160,14 @@ class Bm25Store:
 
 
 def rrf_fuse(rankings: list[list[str]], weights: list[float], k: int = 60) -> list[tuple[str, float]]:
-    """Reciprocal rank fusion: score(d) = sum_i w_i / (k + rank_i(d)), ranks from 1."""
+    """Reciprocal rank fusion: score(d) = sum_i w_i / (k + rank_i(d)), ranks from 1.
+
+    Equal scores (two documents each found by one ranking, at the same rank) go to the document
+    of the earlier ranking: callers list the ranking they trust more on a tie first."""
     fused: dict[str, float] = {}
-    for ranking, w in zip(rankings, weights, strict=True):
+    first: dict[str, int] = {}  # the earliest ranking that lists each document
+    for i, (ranking, w) in enumerate(zip(rankings, weights, strict=True)):
         for rank, doc in enumerate(ranking, start=1):
             fused[doc] = fused.get(doc, 0.0) + w / (k + rank)
-    return sorted(fused.items(), key=lambda kv: (-kv[1], kv[0]))
+            first.setdefault(doc, i)
+    return sorted(fused.items(), key=lambda kv: (-kv[1], first[kv[0]], kv[0]))

@@ -37,7 +37,8 @@ from pathlib import Path
 import httpx
 from chromadb.errors import NotFoundError
 
-from localrag.rag.config import IndexConfig
+from localrag.rag.config import EMBEDDING_BACKENDS, IndexConfig
+from localrag.rag.embed import Embedder, make_embedder
 
 READ_PAGE = 2000  # ids per Chroma get when listing a collection
 DELETE_BATCH = 2000  # ids per Chroma delete (under its maximum batch size)
@@ -145,7 +146,7 @@ class ChromaStore:
     """The Chroma side of one index folder (or one server). Chroma objects are used only inside
     :meth:`session`, which turns transport errors into StoreUnavailable."""
 
-    def __init__(self, config: IndexConfig, index_dir: Path, embedder, emb_fp: str) -> None:
+    def __init__(self, config: IndexConfig, index_dir: Path, embedder: Embedder, emb_fp: str) -> None:
         self.config = config
         self.embedder = embedder
         self.emb_fp = emb_fp
@@ -225,14 +226,56 @@ class ChromaStore:
                     embedding_function=self.embedder,
                     metadata={
                         "hnsw:space": "cosine",
+                        # Chroma's default search breadth (10) misses live vectors once many have been
+                        # deleted (a replaced or half-written file leaves its nodes marked in the graph):
+                        # measured as "unreachable vectors" after a server killed mid-ingest. 100 keeps
+                        # every stored vector findable at a cost of well under a millisecond per query
+                        # on document-sized collections.
+                        "hnsw:search_ef": 100,
                         "localrag_collection": self.config.collection,
                         "embedding_model": self.emb_fp,
                     },
                 )
-            try:
-                return client.get_collection(space, embedding_function=self.embedder)
-            except NotFoundError:
-                return None
+            # A space of an earlier embedding model or backend (being migrated or dropped) was made
+            # with that backend's embedding function, and Chroma refuses to open it with another.
+            # Only ids and stored vectors are read there, so the backends' functions are tried in
+            # turn (they load no model until asked to embed).
+            for ef in self._embedding_functions():
+                try:
+                    return client.get_collection(space, embedding_function=ef)
+                except NotFoundError:
+                    return None
+                except ValueError as exc:
+                    if "Embedding function conflict" not in str(exc):
+                        raise
+            raise RuntimeError(f"Chroma collection {space} was made by an embedding function localrag does not know")
+
+    def _embedding_functions(self) -> Iterator[Embedder]:
+        yield self.embedder
+        for backend in EMBEDDING_BACKENDS:
+            if backend != self.embedder.backend:
+                yield make_embedder(self.config.model_path, backend)
+
+    def add(self, col, ids: list[str], vectors, texts: list[str], metas: list[dict]) -> None:
+        """Add chunks; with a server, check that the vector graph holds them (a query with each vector
+        finds it) and add the ones it lost again. A ``chroma run`` server restarted after a kill
+        can drop vectors from its graph while keeping their records (seen with chromadb 1.5.9 in
+        ``tests/reliability/test_server_restart.py``); the check is one batched query."""
+        col.add(ids=ids, embeddings=vectors, documents=texts, metadatas=metas)
+        if self._http is None:
+            return
+        lost = self._unreachable(col, ids, vectors)
+        if lost:
+            keep = [i for i, cid in enumerate(ids) if cid in lost]
+            col.delete(ids=[ids[i] for i in keep])
+            col.add(ids=[ids[i] for i in keep], embeddings=[vectors[i] for i in keep],
+                    documents=[texts[i] for i in keep], metadatas=[metas[i] for i in keep])
+
+    @staticmethod
+    def _unreachable(col, ids: list[str], vectors) -> set[str]:
+        found = col.query(query_embeddings=vectors, n_results=1, include=["distances"])
+        return {cid for cid, hit, dist in zip(ids, found["ids"], found["distances"], strict=True)
+                if not hit or (hit[0] != cid and dist[0] > 1e-4)}
 
     def delete_version(self, space: str, ver: str) -> None:
         """Delete every chunk of one file version; returns only once Chroma holds none of them.

@@ -25,10 +25,10 @@ def model_path() -> str:
 
 @pytest.fixture(scope="session")
 def embedder(model_path):
-    """One loaded MiniLM shared by every index in the session (loading costs seconds)."""
-    from localrag.rag.embed import MiniLMEmbedding
+    """One loaded MiniLM (the default int8 ONNX backend) shared by every index in the session."""
+    from localrag.rag.embed import make_embedder
 
-    return MiniLMEmbedding(model_path)
+    return make_embedder(model_path)
 
 
 @pytest.fixture(scope="session")
@@ -49,7 +49,8 @@ def make_index(tmp_path, embedder):
     def make(**overrides):
         overrides.setdefault("index_dir", tmp_path / "index")
         cfg = IndexConfig(**overrides)
-        idx = DocumentIndex(cfg, embedder=embedder if cfg.embedding_model is None else None)
+        shared = cfg.embedding_model is None and cfg.embedding_backend == embedder.backend
+        idx = DocumentIndex(cfg, embedder=embedder if shared else None)
         made.append(idx)
         return idx
 

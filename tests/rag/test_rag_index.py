@@ -111,14 +111,9 @@ def test_copy_of_a_file_is_indexed_twice_without_reembedding(make_index, corpus,
     idx.ingest([corpus])
     copy = corpus / "garden-copy.md"
     shutil.copy(corpus / "garden.md", copy)
-    before = embedder.model.encode  # vectors for identical chunks come from Chroma, not the model
-    calls = []
-    embedder.model.encode = lambda *a, **k: calls.append(a) or before(*a, **k)
-    try:
-        rep = idx.ingest([copy])
-    finally:
-        embedder.model.encode = before
-    assert rep.added == 1 and calls == []
+    encoded = embedder.stats.texts  # vectors for identical chunks come from Chroma, not the model
+    rep = idx.ingest([copy])
+    assert rep.added == 1 and embedder.stats.texts == encoded
     assert {d.path for d in idx.list_documents()} >= {str(copy), str(corpus / "garden.md")}
     assert_consistent(idx)
 
@@ -186,3 +181,14 @@ def test_index_location_from_environment(monkeypatch, tmp_path):
     assert IndexConfig.from_env(index_dir=str(tmp_path / "x")).index_dir == tmp_path / "x"
     with pytest.raises(ValueError):
         IndexConfig(collection="_bad name")
+
+
+def test_rrf_ties_go_to_the_ranking_listed_first():
+    """A chunk found only by BM25 and one found only by the dense ranking, at the same rank, score
+    the same: the tie goes to the first ranking (the index lists BM25 first), not to the ids."""
+    from localrag.rag.retrieve import rrf_fuse
+
+    fused = rrf_fuse([["zz-lexical"], ["aa-dense"]], [1.0, 1.0], k=60)
+    assert [d for d, _ in fused] == ["zz-lexical", "aa-dense"] and fused[0][1] == fused[1][1]
+    both = rrf_fuse([["b", "x"], ["x", "a"]], [1.0, 1.0], k=60)
+    assert both[0][0] == "x"  # found by both rankings beats any single-ranking tie

@@ -22,10 +22,11 @@ from harness import ChromaServer  # noqa: E402
 
 @pytest.fixture(scope="session")
 def embedder():
-    from localrag.rag.config import bundled_embedding_model
-    from localrag.rag.embed import MiniLMEmbedding
+    from localrag.rag.config import IndexConfig
+    from localrag.rag.embed import make_embedder
 
-    return MiniLMEmbedding(bundled_embedding_model())
+    cfg = IndexConfig()
+    return make_embedder(cfg.model_path, cfg.embedding_backend)
 
 
 @pytest.fixture

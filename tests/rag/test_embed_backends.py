@@ -1,0 +1,119 @@
+"""The two embedders on the real bundled MiniLM: int8 ONNX (default) against fp32 torch.
+
+The ONNX vectors must stay close to the torch ones, be the same for the same text whatever
+it is embedded with, and live in their own Chroma space: switching backends re-embeds an
+index once through the existing migration, never mixing vectors.
+
+Run: .venv/bin/python -m pytest tests/rag/test_embed_backends.py -q
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from rag_docgen import assert_consistent, write
+
+from localrag.config import repo_root
+from localrag.rag.chunk import Chunker
+from localrag.rag.embed import OnnxEmbedding, TorchEmbedding, make_embedder, onnx_model_path
+from localrag.rag.parse import parse_file
+
+NOTES = "# Garden notes\n\n## Tomatoes\n\nTomatoes need full sun and deep watering twice a week.\n"
+
+
+@pytest.fixture(scope="module")
+def torch_embedder(model_path) -> TorchEmbedding:
+    return make_embedder(model_path, backend="torch")
+
+
+@pytest.fixture(scope="module")
+def readme_chunks(counter) -> list[str]:
+    """Real prose, headings and code: this project's README cut as the index cuts it."""
+    chunks = [c.text for c in Chunker(counter, 200, 32).chunks(parse_file(repo_root() / "README.md"))]
+    assert len(chunks) >= 40
+    return chunks
+
+
+def test_onnx_vectors_stay_close_to_torch(embedder, torch_embedder, readme_chunks):
+    onnx_vecs, torch_vecs = embedder.embed(readme_chunks), torch_embedder.embed(readme_chunks)
+    assert onnx_vecs.shape == torch_vecs.shape == (len(readme_chunks), 384)
+    assert np.allclose(np.linalg.norm(onnx_vecs, axis=1), 1.0, atol=1e-4)
+    cosine = (onnx_vecs * torch_vecs).sum(axis=1)
+    assert cosine.min() >= 0.98 and np.median(cosine) >= 0.99, (cosine.min(), np.median(cosine))
+    # Close, yet not the same vectors: which is why the backends get separate spaces.
+    assert not np.allclose(onnx_vecs, torch_vecs, atol=1e-4)
+
+
+def test_onnx_vector_of_a_text_does_not_depend_on_its_neighbours(model_path, readme_chunks):
+    alone = OnnxEmbedding(model_path).embed([readme_chunks[3]])[0]
+    mixed = OnnxEmbedding(model_path, batch_size=16).embed(readme_chunks[:16])[3]
+    assert np.array_equal(alone, mixed)
+
+
+def test_backends_have_distinct_fingerprints(embedder, torch_embedder, model_path):
+    assert embedder.backend == "onnx" and torch_embedder.backend == "torch"
+    assert embedder.fingerprint != torch_embedder.fingerprint
+    assert embedder.fingerprint.startswith(torch_embedder.fingerprint)  # same source model, plus the recipe
+    assert embedder.onnx_path == onnx_model_path(model_path)
+    with pytest.raises(ValueError, match="embedding backend"):
+        make_embedder(model_path, backend="openvino")
+
+
+def test_switching_backend_reembeds_once_into_its_own_space(make_index, tmp_path):
+    doc = write(tmp_path / "n.md", NOTES)
+    old = make_index(embedding_backend="torch")
+    old.ingest([doc])
+    new = make_index()  # the default: onnx
+    assert new.emb_fp != old.emb_fp and new.space != old.space
+    assert [d.status for d in new.list_documents()] == ["stale"]
+    with pytest.raises(RuntimeError, match="re-embed"):
+        new.search("tomatoes")
+    rep = new.ingest([])  # the next ingest, whatever it names, migrates the stale file
+    assert rep.replaced == 1
+    with new.store.session():
+        names = {c if isinstance(c, str) else c.name for c in new.store.client().list_collections()}
+    assert new.space in names and old.space not in names  # torch vectors dropped, never mixed
+    hit = new.search("how often to water tomatoes", k=1)[0]
+    assert hit.file == str(doc)
+    stored = new.vectors([hit.chunk_id])[0]
+    assert np.allclose(stored, new.embedder.embed([hit.text])[0], atol=1e-6)  # ONNX vectors, not torch ones
+    assert new.ingest([doc]).skipped == 1  # once: now fresh
+    assert_consistent(new)
+
+
+def test_shared_embedder_must_match_the_configured_backend(embedder, tmp_path):
+    from localrag.rag.config import IndexConfig
+    from localrag.rag.index import DocumentIndex
+
+    with pytest.raises(ValueError, match="backend"):
+        DocumentIndex(IndexConfig(index_dir=tmp_path / "i", embedding_backend="torch"), embedder=embedder)
+    with pytest.raises(ValueError, match="embedding_backend"):
+        IndexConfig(embedding_backend="tensorflow")
+
+
+def test_conversion_refuses_a_model_it_cannot_reproduce(tmp_path):
+    from localrag.rag.onnx_export import OnnxExportError, check_convertible
+
+    folder = tmp_path / "cls-pooled"
+    write(folder / "tokenizer.json", "{}")
+    write(folder / "1_Pooling" / "config.json", json.dumps({"pooling_mode_cls_token": True}))
+    with pytest.raises(OnnxExportError, match="mean pooling"):
+        check_convertible(folder)
+    with pytest.raises(OnnxExportError, match="tokenizer.json"):
+        check_convertible(tmp_path)
+
+
+@pytest.mark.slow
+def test_missing_onnx_file_is_built_on_first_use(model_path, embedder, monkeypatch, tmp_path, capfd):
+    monkeypatch.setenv("LOCALRAG_MODELS_DIR", str(tmp_path / "models"))
+    fresh = OnnxEmbedding(model_path)
+    assert fresh.onnx_path.parent.parent == tmp_path / "models" / "embeddings"
+    assert not fresh.onnx_path.exists()
+    vec = fresh.embed(["Tomatoes need full sun."])[0]
+    assert "converting" in capfd.readouterr().err
+    assert fresh.onnx_path.is_file() and Path(fresh.onnx_path).stat().st_size > 10_000_000
+    assert [p.name for p in fresh.onnx_path.parent.iterdir()] == ["model.onnx"]  # no temp files left
+    assert np.allclose(vec, embedder.embed(["Tomatoes need full sun."])[0], atol=1e-5)  # the same recipe
