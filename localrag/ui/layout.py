@@ -120,19 +120,25 @@ def build_app(services: Services) -> gr.Blocks:
         settings_inputs = [mode, collection, draft, temperature, max_tokens, k]
 
         # ---------------------------------------------------------------- chat
-        def respond(cid, text, *conf_values):
-            for i, view in enumerate(chat.respond(cid, text, settings_of(*conf_values))):
+        # Each browser session is its own asker: its Stop cancels its own answers only.
+        def respond(cid, text, mode_, collection_, draft_, temperature_, max_tokens_, k_, request: gr.Request):
+            settings = settings_of(mode_, collection_, draft_, temperature_, max_tokens_, k_)
+            for i, view in enumerate(chat.respond(cid, text, settings, owner=request.session_hash or "")):
                 yield (*chat_outputs(view, sidebar=i == 0 or not view.busy), "")
 
-        def regenerate(cid, *conf_values):
-            for i, view in enumerate(chat.regenerate(cid, settings_of(*conf_values))):
+        def regenerate(cid, mode_, collection_, draft_, temperature_, max_tokens_, k_, request: gr.Request):
+            settings = settings_of(mode_, collection_, draft_, temperature_, max_tokens_, k_)
+            for i, view in enumerate(chat.regenerate(cid, settings, owner=request.session_hash or "")):
                 yield chat_outputs(view, sidebar=i == 0 or not view.busy)
+
+        def stop_mine(request: gr.Request):
+            chat.stop(request.session_hash or "")
 
         chat_outs = [chatbot, chat_id, plot, history]
         for trigger in (question.submit, send.click):
             trigger(respond, [chat_id, question, *settings_inputs], [*chat_outs, question])
         regen.click(regenerate, [chat_id, *settings_inputs], chat_outs)
-        stop.click(chat.stop, None, None, queue=False)
+        stop.click(stop_mine, None, None, queue=False)
         new_btn.click(lambda: ([], None, gr.update(visible=False), gr.update(value=None)), None, chat_outs)
         history.input(lambda cid: chat_outputs(chat.load(cid)), [history], chat_outs)
 

@@ -57,7 +57,10 @@ def stats_line(mode: str, stats: AnswerStats) -> str:
                   f"verify {grounded.verify_s:.2f} s"]
     if gen is not None:
         parts.append(f"{gen.generated_tokens} tokens")
-    parts.append(f"{stats.total_s:.1f} s")
+    if stats.waited_s >= 0.05:  # the time the asker really waited, queue included
+        parts.append(f"{stats.total_s + stats.waited_s:.1f} s ({stats.waited_s:.1f} s waiting for the model)")
+    else:
+        parts.append(f"{stats.total_s:.1f} s")
     return "⚡ " + " · ".join(parts)
 
 
