@@ -84,10 +84,12 @@ class GenerationQueue:
 
     # ------------------------------------------------------------ joining and leaving
     def submit(self, owner: str = "") -> Ticket:
-        """Join the line; QueueFull at once when ``max_waiting`` requests already wait."""
+        """Join the line; QueueFull at once when it would have to wait and ``max_waiting``
+        requests already wait."""
         with self._cond:
-            if self._waiting() >= self.max_waiting:
-                raise QueueFull(f"busy: {self._waiting()} requests are already waiting for the model")
+            if self._next() is not None and self._waiting() >= self.max_waiting:
+                raise QueueFull(f"busy: the model is answering and {self._waiting()} requests are already "
+                                f"waiting (at most {self.max_waiting})")
             ticket = Ticket(owner=owner, enqueued=self._clock())
             self._line.append(ticket)
             self._cond.notify_all()

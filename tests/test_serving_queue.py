@@ -64,6 +64,16 @@ def test_bound_refuses_at_once():
     assert q.waiting() == 2
 
 
+def test_a_line_with_no_room_to_wait_still_serves_an_idle_model():
+    q = GenerationQueue(max_waiting=0)
+    a = q.submit("a")  # nobody running: it runs at once
+    assert q.wait_turn(a, timeout=0)
+    with pytest.raises(QueueFull, match="at most 0"):
+        q.submit("b")
+    q.release(a)
+    assert q.wait_turn(q.submit("c"), timeout=0)
+
+
 def test_cancel_is_per_owner_and_frees_the_line():
     q = GenerationQueue(max_waiting=4)
     a = q.submit("tab-a")
