@@ -24,7 +24,7 @@ MAX_K = 20
 
 
 def build_mcp(services: Services) -> MCPServer:
-    server = MCPServer(name="localrag", instructions=(
+    server = MCPServer(name="localrag", log_level="WARNING", instructions=(
         "Search and ask the user's own documents, indexed locally by localrag. search_documents "
         "returns matching passages with their source; ask_documents answers a question from them "
         "with citations."))

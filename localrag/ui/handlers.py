@@ -36,7 +36,7 @@ from localrag.ui.render import (
     mode_label,
 )
 from localrag.ui.services import NO_DRAFT, Services, Settings
-from localrag.ui.uploads import UploadError, stage_uploads
+from localrag.ui.uploads import UploadError, inside, stage_uploads
 
 STREAM_EVERY_S = 0.05  # at most ~20 UI updates a second while streaming
 WAIT_POLL_S = 0.5  # how often a waiting answer refreshes its place in line
@@ -243,6 +243,8 @@ class DocsController:
         except (UploadError, OSError) as exc:
             yield DocsView([], f"❌ {exc}", True)
             return
+        finally:  # our staged copy is what the index cites; Gradio's temp copy is no longer needed
+            discard_upload_temps(paths, self.s.config.upload_temp_dir)
         shown = {str(p.resolve()): name for name, p in staged}
         rows: dict[str, list] = {key: [name, "queued", 0, ""] for key, name in shown.items()}
         yield DocsView(list(rows.values()), f"Staged {len(staged)} file(s); loading the embedding model…")
@@ -286,6 +288,21 @@ class DocsController:
                  f"{len(r.failed)} failed", f"{r.chunks} chunks", f"{r.seconds:.1f} s"]
         icon = "⚠️" if r.failed else "✅"
         yield DocsView(list(rows.values()), f"{icon} Done: " + ", ".join(parts), True)
+
+
+def discard_upload_temps(paths: Sequence[str], temp_dir: Path) -> None:
+    """Delete the browser's uploaded copies under ``temp_dir`` (Gradio's ``<hash>/<name>``) and
+    the folders they leave empty; files anywhere else are never touched."""
+    root = Path(temp_dir).resolve()
+    for p in paths:
+        path = Path(p)
+        if not path.is_file() or path.is_symlink() or not inside(path, root):
+            continue
+        path.unlink()
+        folder = path.resolve().parent
+        while folder != root and inside(folder, root) and not any(folder.iterdir()):
+            folder.rmdir()
+            folder = folder.parent
 
 
 class SettingsController:

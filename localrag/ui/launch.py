@@ -92,19 +92,19 @@ def main(argv: list[str] | None = None) -> int:
     _step(3, 4, "building the page …")
     import gradio as gr
 
-    from localrag.ui.layout import CSS, THEME, build_app  # Gradio: see the first import above
+    from localrag.ui.layout import CSS, HEAD, THEME, build_app  # Gradio: see the first import above
 
     demo = build_app(services).queue(default_concurrency_limit=2)
     if not cfg.api:  # --no-api, or --share: a public link must not expose the API without a key
         _step(4, 4, f"serving the page on http://{cfg.host}:{cfg.port}" + (
             " (+ public share link; the API and MCP tools are off with --share)" if cfg.share else ""))
-        demo.launch(server_name=cfg.host, server_port=cfg.port, share=cfg.share, theme=THEME, css=CSS,
+        demo.launch(server_name=cfg.host, server_port=cfg.port, share=cfg.share, theme=THEME, css=CSS, head=HEAD,
                     show_error=False, quiet=False)
         return 0
     from localrag.api.app import create_app, run  # FastAPI and mcp: see the first import above
 
     app = gr.mount_gradio_app(create_app(services, host=cfg.host, api_key=cfg.api_key), demo, path="/",
-                              theme=THEME, css=CSS, show_error=False)
+                              theme=THEME, css=CSS, head=HEAD, show_error=False)
     url = f"http://{cfg.host}:{cfg.port}"
     _step(4, 4, f"serving on {url} (page), {url}/v1 (OpenAI-compatible API), {url}/mcp (MCP tools)"
           + (" with an API key" if cfg.api_key else ""))

@@ -227,7 +227,11 @@ def test_grounded_mode_shows_drafts_with_scores(make_services):
     assert loaded == ["gemma3-270m"]  # the bundled verifier
     drafts = next(m for m in final.messages if m.get("metadata", {}).get("title", "").startswith("🧪 Drafts (2)"))
     assert "chosen #1" in drafts["metadata"]["title"]
-    assert "| 1 ✅ | -1.100 | -3.200 | -4.100 | -0.200 | Marta Ilves |" in drafts["content"]
+    content = drafts["content"]
+    assert "|" not in content  # no table: its seven headers were squeezed into the chat bubble
+    assert content.startswith("**#1 ✅ Marta Ilves** · score -1.100  \n"
+                              "draft log p -3.200 · consistency -4.100 · reflection -0.200 · from zephyr.md lines 3-4")
+    assert "> *The text says Marta Ilves polished it.*" in content and "**#2 Quillfield** · score -3.400" in content
     assert drafts["metadata"]["status"] == "done"  # collapsed: shown on demand
 
 
@@ -285,6 +289,28 @@ def test_ingest_progress_results_and_sanitized_names(make_services, tmp_path):
     # same file again: skipped
     again = run(docs.ingest([up / "b.txt"], "default"))[-1]
     assert "1 skipped" in again.summary
+
+
+def test_uploaded_temp_copies_are_removed_once_staged(make_services, tmp_path):
+    """Gradio's copies under the data dir's temp folder go once ingested; the staged copy stays
+    (the index cites it), and a file outside the temp folder is never touched."""
+    s = make_services()
+    temp = s.config.upload_temp_dir
+    (temp / "3f2a9c").mkdir(parents=True)
+    (temp / "77b1e0" / "sub").mkdir(parents=True)
+    a, b = temp / "3f2a9c" / "a.md", temp / "77b1e0" / "sub" / "b.txt"
+    a.write_text("alpha")
+    b.write_text("beta")
+    (temp / "77b1e0" / "other.txt").write_text("someone else's upload")
+    mine = tmp_path / "mine.txt"
+    mine.write_text("a user's own file")
+    final = run(DocsController(s).ingest([str(a), str(b), str(mine)], "default"))[-1]
+    assert "3 added" in final.summary
+    assert not a.exists() and not (temp / "3f2a9c").exists()
+    assert not b.exists() and not (temp / "77b1e0" / "sub").exists() and (temp / "77b1e0" / "other.txt").exists()
+    assert mine.exists() and temp.exists()
+    staged = sorted(p.name for p in (s.uploads_dir / "default").iterdir())
+    assert staged == ["a.md", "b.txt", "mine.txt"]
 
 
 def test_ingest_errors_are_messages(make_services, tmp_path):
