@@ -104,11 +104,11 @@ def build_app(services: Services) -> gr.Blocks:
                     # fixed shares of the panel's width, text wrapped: a long reason stays readable
                     ingest_table = gr.Dataframe(headers=["file", "status", "chunks", "reason"], visible=False,
                                                 elem_id="ingest-table", interactive=False, wrap=True,
-                                                column_widths=["32%", "16%", "12%", "40%"])
+                                                column_widths=["30%", "16%", "14%", "40%"])
                     doc_list = gr.Dataframe(headers=["document", "chunks", "status", "reason"],
                                             value=docs.documents(default.collection), label="Documents in collection",
                                             elem_id="doc-list", interactive=False, wrap=True,
-                                            column_widths=["32%", "12%", "16%", "40%"])
+                                            column_widths=["30%", "14%", "16%", "40%"])
                     with gr.Row():
                         remove_pick = gr.Dropdown(choices=docs.document_choices(default.collection), label="Remove",
                                                   elem_id="remove-pick", scale=3)

@@ -148,7 +148,7 @@ def watch_console(page) -> list[str]:
 
 def assert_fully_shown(page, container: str, text: str) -> None:
     """``text`` is rendered whole inside ``container``: not clipped, not pushed out of view."""
-    cell = page.locator(container).get_by_text(text, exact=False).first
+    cell = page.locator(container).get_by_text(text, exact=False).filter(visible=True).first
     box, outer = cell.bounding_box(), page.locator(container).bounding_box()
     assert box and outer and box["x"] >= outer["x"] - 1 and box["x"] + box["width"] <= outer["x"] + outer["width"] + 1, (
         f"{text!r} at {box} lies outside {container} {outer}")
