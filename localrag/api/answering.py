@@ -72,7 +72,8 @@ def model_ids(services: Services) -> list[str]:
 
 def check_request(services: Services, req: ChatRequest) -> AnswerMode:
     """The checks that need no turn: model known (404), mode known (400), collection (400/404)."""
-    if req.model not in model_ids(services):
+    loaded = services.engine is not None and req.model == services.engine.model_name
+    if not loaded and req.model not in model_ids(services):  # the registry reads GGUF headers: only when needed
         raise ApiError(404, f"model {req.model!r} is not available; GET /v1/models lists the models",
                        code="model_not_found", param="model")
     try:

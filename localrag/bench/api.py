@@ -7,7 +7,7 @@ greedily from an empty KV cache, interleaved (in-process then API, then the reve
 round), and every ratio compares the two runs of one prompt in one round. Reported: medians over
 prompts x rounds, and whether the texts were identical.
 
-    python -m localrag bench api [--model NAME|PATH] [--rounds 5] [--max-new-tokens 64] [--json]
+    python -m localrag bench api [--model NAME|PATH] [--rounds 5] [--max-new-tokens 64] [--url URL] [--json]
 
 Times: TTFT from the call to the first text piece (for the API: from sending the request);
 decode tokens/s = (tokens - 1) / (last piece - first piece), the same clock on both sides.
@@ -52,6 +52,8 @@ def add_bench_cli(sub) -> None:
     p.add_argument("--model", default=ModelConfig().model)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--url", default=None,
+                   help="measure a server already running with the same model (default: start one)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=run)
 
@@ -133,13 +135,14 @@ class ServerProcess:
 
 
 def run(args) -> int:
-    server = ServerProcess(args.model)
+    server = None if args.url else ServerProcess(args.model)
     try:
         engine = Engine.load(ModelConfig(model=args.model))
-        server.wait_ready()
+        if server is not None:
+            server.wait_ready()
         gen = GenerationConfig(max_tokens=args.max_new_tokens)
         rows = []
-        with httpx.Client(base_url=server.url, timeout=600) as client:
+        with httpx.Client(base_url=args.url or server.url, timeout=600) as client:
             through_api(client, engine.model_name, PROMPTS[0], gen)  # warm-up: both sides once
             in_process(engine, PROMPTS[0], gen)
             for r in range(args.rounds):
@@ -153,7 +156,8 @@ def run(args) -> int:
                     rows.append({"round": r, "prompt": prompt, "in_process": asdict(local), "api": asdict(api)})
         engine.close()
     finally:
-        server.stop()
+        if server is not None:
+            server.stop()
     report(rows, args)
     return 0
 

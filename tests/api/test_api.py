@@ -221,6 +221,16 @@ def test_a_client_that_goes_away_cancels_its_answer(server):
     assert time.perf_counter() - t0 < 60
 
 
+def test_bench_api_reports_paired_ratios(server, capsys):
+    """The benchmark command runs end to end (timings are its output, not asserted)."""
+    from localrag.__main__ import main
+
+    assert main(["bench", "api", "--url", server.base, "--rounds", "1", "--max-new-tokens", "4", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["identical_texts"] == "4/4"  # the same generation on both sides
+    assert out["ttft_ratio_api_over_in_process"] > 0 and out["decode_tps_ratio_api_over_in_process"] > 0
+
+
 def test_binds_loopback_only(server):
     listening = [cn.laddr for cn in psutil.Process(server.proc.pid).net_connections(kind="inet")
                  if cn.status == psutil.CONN_LISTEN]
