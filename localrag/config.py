@@ -96,6 +96,14 @@ class AppConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     data_dir: Path = field(default_factory=default_data_dir)
     index_dir: Path = field(default_factory=default_index_dir)
+    max_waiting: int = 8  # requests that may wait for the model; past it they are refused (HTTP 429)
+    api: bool = True  # serve the HTTP API and MCP tools beside the UI
+    api_key: str | None = None  # when set, every API and MCP call must carry it (LOCALRAG_API_KEY)
+
+    @property
+    def upload_temp_dir(self) -> Path:
+        """Where Gradio receives uploads (GRADIO_TEMP_DIR) before they are staged and ingested."""
+        return Path(self.data_dir) / "tmp"
 
 
 @dataclass(frozen=True)

@@ -171,7 +171,7 @@ class GenerationStats:
     steps: int = 0
     prefill_seconds: float = 0.0
     decode_seconds: float = 0.0
-    stop_reason: str = ""  # eog | stop | length | repetition
+    stop_reason: str = ""  # eog | stop | length | repetition | cancelled (the asker stopped it)
     decoder: RasdStats | None = None  # the speculative decoder's own stats (Speedup mode)
 
     @property

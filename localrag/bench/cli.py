@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from localrag.bench import ingest, pipeline, plain, qa, retrieval, speed
+from localrag.bench import api, ingest, pipeline, plain, qa, retrieval, speed
 
-BENCH_MODULES = (plain, ingest, pipeline, retrieval, speed, qa)
+BENCH_MODULES = (plain, ingest, pipeline, retrieval, speed, qa, api)
 
 
 def add_cli(subparsers) -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import ClassVar, Protocol
 
 from localrag.answer import Answerer
 from localrag.config import GenerationConfig
@@ -23,15 +23,28 @@ from localrag.engine import Engine
 from localrag.results import AnswerResult
 
 
+class CancelFlag(Protocol):
+    """Set when the asker stopped (a ``threading.Event``; the queue's ``Ticket.cancel``)."""
+
+    def is_set(self) -> bool: ...
+
+
 @dataclass(frozen=True)
 class AnswerRequest:
-    """One question to answer. history: earlier turns as ``{"role", "content"}`` dicts."""
+    """One question to answer. history: earlier turns as ``{"role", "content"}`` dicts.
+    cancel: when set, the mode stops writing and still ends with its AnswerResult (the text so
+    far, the sources and the stats)."""
 
     question: str
     history: tuple[dict, ...] = ()
     gen: GenerationConfig = field(default_factory=GenerationConfig)
     k: int = 5  # chunks in the prompt (Plain, Speedup)
     collection: str | None = None  # None: the answerer's default index
+    cancel: CancelFlag | None = field(default=None, compare=False)
+
+    @property
+    def cancelled(self) -> bool:
+        return self.cancel is not None and self.cancel.is_set()
 
 
 class AnswerMode(ABC):

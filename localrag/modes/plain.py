@@ -29,7 +29,13 @@ class PlainMode(AnswerMode):
         decoder = self.decoder(answerer, request, got)
         setup_s = time.perf_counter() - t1
         generation = answerer.engine.chat(msgs, request.gen, decoder=decoder)
-        yield from generation
+        pieces = iter(generation)
+        for piece in pieces:
+            yield piece
+            if request.cancelled:  # Stop: keep what was written, its sources and its stats
+                pieces.close()
+                generation.stats.stop_reason = "cancelled"
+                break
         stats = AnswerStats(mode=self.id, total_s=time.perf_counter() - t0, retrieval=got.stats,
                             generation=generation.stats, setup_s=setup_s)
         yield AnswerResult(text=generation.text.strip(), mode=self.id,

@@ -118,6 +118,10 @@ class Embedder(Protocol):
 
     def embed(self, texts: list[str]) -> np.ndarray: ...
 
+    def count_tokens(self, texts: list[str]) -> int:
+        """Word pieces the model reads of ``texts`` (after its truncation)."""
+        ...
+
     def cached(self, key: str) -> bool: ...
 
     def prime(self, vectors: dict[str, np.ndarray]) -> None: ...
@@ -248,6 +252,10 @@ class TorchEmbedding(CachedEmbedding):
             show_progress_bar=False,
         ).astype(np.float32)
 
+    def count_tokens(self, texts: list[str]) -> int:
+        limit = self.model.max_seq_length
+        return sum(min(len(ids), limit) for ids in self.model.tokenizer(texts)["input_ids"])
+
     @staticmethod
     def name() -> str:
         return "localrag-sentence-transformers"
@@ -323,6 +331,9 @@ class OnnxEmbedding(CachedEmbedding):
                 }
                 out[row] = self.session.run(None, feeds)[0][0]
         return out
+
+    def count_tokens(self, texts: list[str]) -> int:
+        return sum(len(enc.ids) for enc in self.tokenizer.encode_batch(texts))
 
     @staticmethod
     def name() -> str:

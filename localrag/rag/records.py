@@ -3,7 +3,7 @@
 Plain frozen dataclasses, JSON-ready through ``to_dict``; no behaviour beyond
 formatting, so the UI, the CLI and the chat layer can all consume them.
 
-    hit.citation()            # 'report.pdf p.3' / 'scan.pdf p.2 (OCR)' / 'notes.md lines 10-24'
+    hit.citation()            # 'report.pdf p.3' / 'scan.pdf p.2 (OCR)' / 'notes.md lines 10-24' / 'page.html § Installing'
     report.to_dict()          # {'seen': 12, 'added': 10, ..., 'failed': [{'path':..,'reason':..}]}
 """
 
@@ -39,6 +39,8 @@ class Hit:
         name = Path(self.file).name
         if self.page is not None:
             return f"{name} p.{self.page} (OCR)" if self.ocr else f"{name} p.{self.page}"
+        if self.heading_path and name.lower().endswith((".html", ".htm")):
+            return f"{name} § {self.heading_path[-1]}"  # a reader of a web page sees headings, not source lines
         if self.line_start is None:
             return name
         same = self.line_end is None or self.line_end == self.line_start

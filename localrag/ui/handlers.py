@@ -17,7 +17,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,12 +25,21 @@ from localrag.models import ModelError, inspect_gguf, list_models, resolve
 from localrag.modes import AnswerRequest
 from localrag.rag.config import IndexConfig
 from localrag.results import AnswerResult
-from localrag.ui.history import Turn, make_title
-from localrag.ui.render import accepted_per_step, chat_messages, display_path, llm_history
+from localrag.serving import QueueFull, Ticket, ordinal
+from localrag.ui.history import ChatInfo, Turn, make_title
+from localrag.ui.render import (
+    PENDING,
+    accepted_per_step,
+    chat_messages,
+    display_path,
+    llm_history,
+    mode_label,
+)
 from localrag.ui.services import NO_DRAFT, Services, Settings
-from localrag.ui.uploads import UploadError, stage_uploads
+from localrag.ui.uploads import UploadError, inside, stage_uploads
 
 STREAM_EVERY_S = 0.05  # at most ~20 UI updates a second while streaming
+WAIT_POLL_S = 0.5  # how often a waiting answer refreshes its place in line
 
 
 @dataclass
@@ -44,8 +53,16 @@ class ChatView:
     note: str = ""
 
 
-def history_choices(services: Services) -> list[tuple[str, int]]:
-    return [(c.title, c.id) for c in services.history.list_chats()]
+def history_choices(services: Services, now: float | None = None) -> list[tuple[str, int]]:
+    """Sidebar entries: "title · mode · when" (the time alone today, else the date too)."""
+    return [(chat_label(c, now), c.id) for c in services.history.list_chats()]
+
+
+def chat_label(chat: ChatInfo, now: float | None = None) -> str:
+    at = time.localtime(chat.updated)
+    today = time.localtime(time.time() if now is None else now)[:3] == at[:3]
+    when = time.strftime("%H:%M" if today else "%d %b %H:%M", at)
+    return " · ".join(p for p in (chat.title, mode_label(chat.mode) if chat.mode else "", when) if p)
 
 
 class ChatController:
@@ -57,18 +74,23 @@ class ChatController:
         steps = accepted_per_step(turns[-1].stats) if turns else []
         return ChatView(chat_messages(turns), chat_id, steps)
 
-    def stop(self) -> None:
-        self.s.stop_event.set()
+    def stop(self, owner: str = "") -> None:
+        """Stop the answers of one browser session (``owner``), waiting or running; others go on."""
+        self.s.queue.cancel(owner)
 
-    def regenerate(self, chat_id: int | None, settings: Settings) -> Iterator[ChatView]:
+    def regenerate(self, chat_id: int | None, settings: Settings, owner: str = "") -> Iterator[ChatView]:
         last = self.s.history.pop_last_turn(chat_id) if chat_id is not None else None
         if last is None:
             yield ChatView(chat_messages(self.s.history.turns(chat_id)), chat_id, note="Nothing to regenerate.")
             return
-        yield from self.respond(chat_id, last.question, settings)
+        yield from self.respond(chat_id, last.question, settings, owner)
 
-    def respond(self, chat_id: int | None, question: str, settings: Settings) -> Iterator[ChatView]:
-        """Stream one answer; the finished turn (or its error) is saved to the history."""
+    def respond(self, chat_id: int | None, question: str, settings: Settings,
+                owner: str = "") -> Iterator[ChatView]:
+        """Stream one answer; the finished turn (or its error) is saved to the history.
+
+        owner: the browser session asking; its Stop cancels this answer only. While other answers
+        use the model, the pending answer shows its place in line."""
         question = (question or "").strip()
         if chat_id is not None and not self.s.history.exists(chat_id):
             chat_id = None
@@ -81,8 +103,11 @@ class ChatController:
         turn = Turn(question=question, mode=settings.mode, collection=settings.collection)
         shown = chat_messages(previous)
 
-        def view(busy: bool = True) -> ChatView:
-            return ChatView(shown + chat_messages([turn]), chat_id, accepted_per_step(turn.stats), busy)
+        def view(busy: bool = True, status: str = "") -> ChatView:
+            msgs = chat_messages([turn])
+            if status and msgs[1]["content"] == PENDING:  # the pending answer shows why it waits
+                msgs[1] = {**msgs[1], "content": status}
+            return ChatView(shown + msgs, chat_id, accepted_per_step(turn.stats), busy)
 
         yield view()
         ok, why = self.s.mode_status(settings.mode)
@@ -91,36 +116,54 @@ class ChatController:
             self.s.history.add_turn(chat_id, turn)
             yield view(False)
             return
-        self.s.stop_event.clear()
-        notes = turn.notes
         try:
-            with self.s.lock:
-                self.s.ensure_embedder()
-                index = self.s.index(settings.collection)
-                if not index.list_documents():
-                    notes.append(f"Collection “{settings.collection}” has no documents yet; answered "
-                                 "without documents. Upload files under Documents.")
-                answerer, more = self.s.answerer(settings)
-                notes += more
-                last = 0.0
-                request = AnswerRequest(question, tuple(llm_history(previous)), settings.generation(),
-                                        k=int(settings.k), collection=settings.collection)
-                for item in self.s.modes[settings.mode].stream(answerer, request):
-                    if isinstance(item, str):
-                        turn.answer += item
-                        if self.s.stop_event.is_set():
-                            notes.append("Stopped.")
-                            break
-                        if time.perf_counter() - last >= STREAM_EVERY_S:
-                            last = time.perf_counter()
-                            yield view()
-                    else:
-                        self._finish(turn, item)
+            ticket = self.s.queue.submit(owner)
+        except QueueFull as exc:
+            turn.error = f"{exc}; try again in a moment."
+            self.s.history.add_turn(chat_id, turn)
+            yield view(False)
+            return
+        try:
+            while not self.s.queue.wait_turn(ticket, timeout=WAIT_POLL_S):
+                if ticket.cancelled:
+                    turn.notes.append("Stopped before it started.")
+                    break
+                yield view(status=f"⏳ waiting: {ordinal(self.s.queue.position(ticket))} in line")
+            else:
+                yield from self._answer(turn, previous, settings, ticket, view)
         except Exception as exc:  # any failure becomes a message, never a traceback in the page
             turn.error = f"{type(exc).__name__}: {exc}"
+        finally:
+            self.s.queue.release(ticket)
         turn.answer = turn.answer.strip()
         self.s.history.add_turn(chat_id, turn)
         yield view(False)
+
+    def _answer(self, turn: Turn, previous: list[Turn], settings: Settings, ticket: Ticket,
+                view: Callable[[], ChatView]) -> Iterator[ChatView]:
+        """Our turn: stream the mode's answer into ``turn``. A Stop (the ticket's cancel flag)
+        ends the writing, and the mode's result still brings the sources and the stats."""
+        self.s.ensure_embedder()
+        index = self.s.index(settings.collection)
+        if not index.list_documents():
+            turn.notes.append(f"Collection “{settings.collection}” has no documents yet; answered "
+                              "without documents. Upload files under Documents.")
+        answerer, more = self.s.answerer(settings)
+        turn.notes += more
+        last = 0.0
+        request = AnswerRequest(turn.question, tuple(llm_history(previous)), settings.generation(),
+                                k=int(settings.k), collection=settings.collection, cancel=ticket.cancel)
+        for item in self.s.modes[settings.mode].stream(answerer, request):
+            if isinstance(item, AnswerResult):
+                item.stats.waited_s = ticket.waited_s
+                self._finish(turn, item)
+            else:
+                turn.answer += item
+                if time.perf_counter() - last >= STREAM_EVERY_S:
+                    last = time.perf_counter()
+                    yield view()
+        if ticket.cancelled:
+            turn.notes.append("Stopped.")
 
     @staticmethod
     def _finish(turn: Turn, result: AnswerResult) -> None:
@@ -200,6 +243,8 @@ class DocsController:
         except (UploadError, OSError) as exc:
             yield DocsView([], f"❌ {exc}", True)
             return
+        finally:  # our staged copy is what the index cites; Gradio's temp copy is no longer needed
+            discard_upload_temps(paths, self.s.config.upload_temp_dir)
         shown = {str(p.resolve()): name for name, p in staged}
         rows: dict[str, list] = {key: [name, "queued", 0, ""] for key, name in shown.items()}
         yield DocsView(list(rows.values()), f"Staged {len(staged)} file(s); loading the embedding model…")
@@ -243,6 +288,21 @@ class DocsController:
                  f"{len(r.failed)} failed", f"{r.chunks} chunks", f"{r.seconds:.1f} s"]
         icon = "⚠️" if r.failed else "✅"
         yield DocsView(list(rows.values()), f"{icon} Done: " + ", ".join(parts), True)
+
+
+def discard_upload_temps(paths: Sequence[str], temp_dir: Path) -> None:
+    """Delete the browser's uploaded copies under ``temp_dir`` (Gradio's ``<hash>/<name>``) and
+    the folders they leave empty; files anywhere else are never touched."""
+    root = Path(temp_dir).resolve()
+    for p in paths:
+        path = Path(p)
+        if not path.is_file() or path.is_symlink() or not inside(path, root):
+            continue
+        path.unlink()
+        folder = path.resolve().parent
+        while folder != root and inside(folder, root) and not any(folder.iterdir()):
+            folder.rmdir()
+            folder = folder.parent
 
 
 class SettingsController:

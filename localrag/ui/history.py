@@ -88,6 +88,7 @@ class ChatInfo:
     title: str
     updated: float
     n_turns: int
+    mode: str = ""  # the mode of the chat's latest turn ("" before its first answer)
 
 
 def make_title(question: str) -> str:
@@ -151,9 +152,11 @@ class ChatStore:
     def list_chats(self) -> list[ChatInfo]:
         with self._lock:
             rows = self._db.execute(
-                "SELECT c.id, c.title, c.updated, COUNT(t.id) FROM chats c LEFT JOIN turns t ON t.chat_id = c.id "
+                "SELECT c.id, c.title, c.updated, COUNT(t.id), "
+                "(SELECT mode FROM turns WHERE chat_id = c.id ORDER BY id DESC LIMIT 1) "
+                "FROM chats c LEFT JOIN turns t ON t.chat_id = c.id "
                 "GROUP BY c.id ORDER BY c.updated DESC, c.id DESC").fetchall()
-        return [ChatInfo(int(i), t, float(u), int(n)) for i, t, u, n in rows]
+        return [ChatInfo(int(i), t, float(u), int(n), m or "") for i, t, u, n, m in rows]
 
     def exists(self, chat_id: int) -> bool:
         with self._lock:

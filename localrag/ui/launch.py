@@ -1,21 +1,29 @@
-"""Start the app: parse arguments, load the model with visible progress, serve the page.
+"""Start the app: parse arguments, load the model with visible progress, serve the page, the
+OpenAI-compatible API and the MCP tools from one process (one model, one index, one queue).
 
     python app.py [--host 127.0.0.1] [--port 7860] [--model NAME|PATH] [--gpu-layers N]
-                  [--index-dir DIR] [--data-dir DIR] [--share]
+                  [--index-dir DIR] [--data-dir DIR] [--api-key KEY] [--no-api] [--share]
+
+    http://127.0.0.1:7860/        the page
+    http://127.0.0.1:7860/v1      the API (``localrag.api``)
+    http://127.0.0.1:7860/mcp     the MCP tools
 
 A model that fails to load does not stop the app: the page opens with the error
-shown and a model picker to load another one.
+shown and a model picker to load another one. Gradio receives uploads under
+``<data dir>/tmp`` (GRADIO_TEMP_DIR), not in the system's shared temp folder.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import threading
 import time
 from dataclasses import replace
 from pathlib import Path
 
+from localrag.api.cli import API_KEY_ENV
 from localrag.config import AppConfig, ModelConfig
 from localrag.models import ModelError
 
@@ -29,9 +37,13 @@ def parse_args(argv: list[str] | None = None) -> AppConfig:
     p.add_argument("--gpu-layers", type=int, default=-1, help="-1 = all layers on the GPU when there is one")
     p.add_argument("--index-dir", type=Path, default=None, help="Chroma index + manifest (LOCALRAG_INDEX_DIR)")
     p.add_argument("--data-dir", type=Path, default=None, help="chat history + uploads (LOCALRAG_DATA_DIR)")
+    p.add_argument("--api-key", default=None,
+                   help=f"require 'Authorization: Bearer KEY' on every API and MCP call ({API_KEY_ENV})")
+    p.add_argument("--no-api", action="store_true", help="serve the page only (no /v1 API, no /mcp tools)")
     a = p.parse_args(argv)
     cfg = AppConfig(host=a.host, port=a.port, share=a.share,
-                    model=ModelConfig(model=a.model, n_gpu_layers=a.gpu_layers))
+                    model=ModelConfig(model=a.model, n_gpu_layers=a.gpu_layers),
+                    api=not a.no_api and not a.share, api_key=a.api_key or os.environ.get(API_KEY_ENV) or None)
     if a.index_dir:
         cfg = replace(cfg, index_dir=a.index_dir.expanduser().resolve())
     if a.data_dir:
@@ -46,6 +58,10 @@ def _step(n: int, total: int, text: str) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     cfg = parse_args(argv)
+    # Gradio reads GRADIO_TEMP_DIR when it is imported: uploads land under our data dir, where
+    # ingest removes them once staged, never in the system's temp folder shared with other apps.
+    cfg.upload_temp_dir.mkdir(parents=True, exist_ok=True)
+    os.environ["GRADIO_TEMP_DIR"] = str(cfg.upload_temp_dir.resolve())
     t = _step(1, 4, f"loading model {cfg.model.model} …")
     # Imported after the first progress line: the engine, Chroma and Gradio take ~6 s to import on
     # a 2-core machine (python -X importtime -c "import localrag.ui.layout"), and the person who
@@ -74,10 +90,23 @@ def main(argv: list[str] | None = None) -> int:
 
     threading.Thread(target=warm, name="localrag-warm", daemon=True).start()
     _step(3, 4, "building the page …")
-    from localrag.ui.layout import CSS, THEME, build_app  # Gradio: see the first import above
+    import gradio as gr
 
-    demo = build_app(services)
-    _step(4, 4, f"serving on http://{cfg.host}:{cfg.port}" + (" (+ public share link)" if cfg.share else ""))
-    demo.queue(default_concurrency_limit=2).launch(server_name=cfg.host, server_port=cfg.port, share=cfg.share,
-                                                   theme=THEME, css=CSS, show_error=False, quiet=False)
+    from localrag.ui.layout import CSS, HEAD, THEME, build_app  # Gradio: see the first import above
+
+    demo = build_app(services).queue(default_concurrency_limit=2)
+    if not cfg.api:  # --no-api, or --share: a public link must not expose the API without a key
+        _step(4, 4, f"serving the page on http://{cfg.host}:{cfg.port}" + (
+            " (+ public share link; the API and MCP tools are off with --share)" if cfg.share else ""))
+        demo.launch(server_name=cfg.host, server_port=cfg.port, share=cfg.share, theme=THEME, css=CSS, head=HEAD,
+                    show_error=False, quiet=False)
+        return 0
+    from localrag.api.app import create_app, run  # FastAPI and mcp: see the first import above
+
+    app = gr.mount_gradio_app(create_app(services, host=cfg.host, api_key=cfg.api_key), demo, path="/",
+                              theme=THEME, css=CSS, head=HEAD, show_error=False)
+    url = f"http://{cfg.host}:{cfg.port}"
+    _step(4, 4, f"serving on {url} (page), {url}/v1 (OpenAI-compatible API), {url}/mcp (MCP tools)"
+          + (" with an API key" if cfg.api_key else ""))
+    run(app, cfg.host, cfg.port)
     return 0

@@ -30,6 +30,20 @@ CSS = """
 .small-note { font-size: 0.9em; opacity: 0.85; }
 """
 THEME = gr.themes.Soft(primary_hue="indigo")
+# Gradio's File component has no option for its drop-zone text, and a folder zone saying "Drop File
+# Here" misleads: this rewrites that one text node (kept up to date as Gradio re-renders it).
+HEAD = """<script>
+(() => {
+  const relabel = () => document.querySelectorAll('#upload-folder [data-testid="upload-text"]').forEach(el => {
+    for (const node of el.childNodes) {
+      if (node.nodeType === Node.TEXT_NODE && node.textContent.includes("Drop File Here")) {
+        node.textContent = node.textContent.replace("Drop File Here", "Drop a folder here");
+      }
+    }
+  });
+  new MutationObserver(relabel).observe(document.documentElement, {childList: true, subtree: true, characterData: true});
+})();
+</script>"""
 
 
 def build_app(services: Services) -> gr.Blocks:
@@ -46,8 +60,10 @@ def build_app(services: Services) -> gr.Blocks:
     def plot_update(steps: list[int]):
         if not steps:
             return gr.update(visible=False)
-        df = pd.DataFrame({"step": list(range(1, len(steps) + 1)), "accepted": steps})
-        return gr.update(value=df, visible=True)
+        # steps as categories in their own order: a numeric axis gets padded to fractions and
+        # negative ticks (it started at -20 on long answers)
+        labels = [str(i) for i in range(1, len(steps) + 1)]
+        return gr.update(value=pd.DataFrame({"step": labels, "accepted": steps}), sort=labels, visible=True)
 
     def chat_outputs(v: ChatView, sidebar: bool = True):
         if v.note:
@@ -85,11 +101,14 @@ def build_app(services: Services) -> gr.Blocks:
                     files = gr.File(file_count="multiple", label="Drop files here", elem_id="upload-files")
                     folder = gr.File(file_count="directory", label="…or a folder", elem_id="upload-folder")
                     ingest_summary = gr.Markdown(elem_id="ingest-summary")
+                    # fixed shares of the panel's width, text wrapped: a long reason stays readable
                     ingest_table = gr.Dataframe(headers=["file", "status", "chunks", "reason"], visible=False,
-                                                elem_id="ingest-table", interactive=False, wrap=True)
+                                                elem_id="ingest-table", interactive=False, wrap=True,
+                                                column_widths=["30%", "16%", "14%", "40%"])
                     doc_list = gr.Dataframe(headers=["document", "chunks", "status", "reason"],
                                             value=docs.documents(default.collection), label="Documents in collection",
-                                            elem_id="doc-list", interactive=False, wrap=True)
+                                            elem_id="doc-list", interactive=False, wrap=True,
+                                            column_widths=["30%", "14%", "16%", "40%"])
                     with gr.Row():
                         remove_pick = gr.Dropdown(choices=docs.document_choices(default.collection), label="Remove",
                                                   elem_id="remove-pick", scale=3)
@@ -102,7 +121,7 @@ def build_app(services: Services) -> gr.Blocks:
                     k = gr.Slider(1, 20, value=default.k, step=1, label="Retrieval k (chunks)")
                     temperature = gr.Slider(0.0, 1.5, value=default.temperature, step=0.05,
                                             label="Temperature (0 = greedy)")
-                    max_tokens = gr.Slider(16, 2048, value=default.max_tokens, step=16, label="Max tokens")
+                    max_tokens = gr.Slider(16, 2048, value=default.max_tokens, step=16, label="Max tokens", elem_id="max-tokens")
                     model = gr.Dropdown(choices=model_choices, value=services.model_config.model
                                         if services.model_config.model in model_choices else None,
                                         allow_custom_value=True, label="Model (name or .gguf path)")
@@ -120,19 +139,25 @@ def build_app(services: Services) -> gr.Blocks:
         settings_inputs = [mode, collection, draft, temperature, max_tokens, k]
 
         # ---------------------------------------------------------------- chat
-        def respond(cid, text, *conf_values):
-            for i, view in enumerate(chat.respond(cid, text, settings_of(*conf_values))):
+        # Each browser session is its own asker: its Stop cancels its own answers only.
+        def respond(cid, text, mode_, collection_, draft_, temperature_, max_tokens_, k_, request: gr.Request):
+            settings = settings_of(mode_, collection_, draft_, temperature_, max_tokens_, k_)
+            for i, view in enumerate(chat.respond(cid, text, settings, owner=request.session_hash or "")):
                 yield (*chat_outputs(view, sidebar=i == 0 or not view.busy), "")
 
-        def regenerate(cid, *conf_values):
-            for i, view in enumerate(chat.regenerate(cid, settings_of(*conf_values))):
+        def regenerate(cid, mode_, collection_, draft_, temperature_, max_tokens_, k_, request: gr.Request):
+            settings = settings_of(mode_, collection_, draft_, temperature_, max_tokens_, k_)
+            for i, view in enumerate(chat.regenerate(cid, settings, owner=request.session_hash or "")):
                 yield chat_outputs(view, sidebar=i == 0 or not view.busy)
+
+        def stop_mine(request: gr.Request):
+            chat.stop(request.session_hash or "")
 
         chat_outs = [chatbot, chat_id, plot, history]
         for trigger in (question.submit, send.click):
             trigger(respond, [chat_id, question, *settings_inputs], [*chat_outs, question])
         regen.click(regenerate, [chat_id, *settings_inputs], chat_outs)
-        stop.click(chat.stop, None, None, queue=False)
+        stop.click(stop_mine, None, None, queue=False)
         new_btn.click(lambda: ([], None, gr.update(visible=False), gr.update(value=None)), None, chat_outs)
         history.input(lambda cid: chat_outputs(chat.load(cid)), [history], chat_outs)
 

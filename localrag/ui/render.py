@@ -57,7 +57,10 @@ def stats_line(mode: str, stats: AnswerStats) -> str:
                   f"verify {grounded.verify_s:.2f} s"]
     if gen is not None:
         parts.append(f"{gen.generated_tokens} tokens")
-    parts.append(f"{stats.total_s:.1f} s")
+    if stats.waited_s >= 0.05:  # the time the asker really waited, queue included
+        parts.append(f"{stats.total_s + stats.waited_s:.1f} s ({stats.waited_s:.1f} s waiting for the model)")
+    else:
+        parts.append(f"{stats.total_s:.1f} s")
     return "⚡ " + " · ".join(parts)
 
 
@@ -66,20 +69,27 @@ def _best(drafts: Sequence[GroundedDraft]) -> int:
 
 
 def drafts_markdown(drafts: Sequence[GroundedDraft]) -> str:
+    """One block per draft (a seven-column table squeezed its headers into a chat bubble):
+
+        **#1 ✅ Marta Ilves** · score -1.100
+        draft log p -3.200 · consistency -4.100 · reflection -0.200 · from zephyr.md lines 3-4
+        > *The text says Marta Ilves polished it.*
+    """
     if not drafts:
         return ""
     best = _best(drafts)
-    rows = ["| # | score | draft log p | consistency | reflection | answer | sources |",
-            "|---|---|---|---|---|---|---|"]
+    blocks = []
     for i, d in enumerate(drafts):
         mark = " ✅" if i == best else ""
-        srcs = ", ".join(c.label for c in d.citations)
-        answer = " ".join(d.answer.split()).replace("|", "\\|")
-        rows.append(f"| {i + 1}{mark} | {_f(d.score)} | {_f(d.draft_logprob)} | "
-                    f"{_f(d.consistency)} | {_f(d.reflection)} | {answer} | {srcs} |")
-    rationales = "\n".join(f"{i + 1}. *{html.escape(' '.join(d.rationale.split()))}*"
-                           for i, d in enumerate(drafts) if d.rationale)
-    return "\n".join(rows) + ("\n\n**Rationales**\n\n" + rationales if rationales else "")
+        answer = html.escape(" ".join(d.answer.split())) or "(empty)"
+        lines = [f"**#{i + 1}{mark} {answer}** · score {_f(d.score)}",
+                 f"draft log p {_f(d.draft_logprob)} · consistency {_f(d.consistency)} · "
+                 f"reflection {_f(d.reflection)}" + (f" · from {', '.join(c.label for c in d.citations)}"
+                                                      if d.citations else "")]
+        if d.rationale:
+            lines.append(f"> *{html.escape(' '.join(d.rationale.split()))}*")
+        blocks.append("  \n".join(lines[:2]) + ("\n\n" + lines[2] if len(lines) > 2 else ""))
+    return "\n\n".join(blocks)
 
 
 def _f(v: float) -> str:

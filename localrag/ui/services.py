@@ -27,6 +27,7 @@ from localrag.modes import MODES, AnswerMode
 from localrag.rag.config import IndexConfig
 from localrag.rag.index import DocumentIndex
 from localrag.rasd import load_draft
+from localrag.serving import GenerationQueue, QueueFull
 from localrag.ui.history import ChatStore
 
 NO_DRAFT = "(none: retrieval only)"
@@ -51,7 +52,8 @@ class Settings:
 
 
 class Services:
-    """Long-lived state shared by every browser tab. Generation is serialised by ``lock``.
+    """Long-lived state shared by every browser tab and API request. Generation and model swaps
+    take turns in ``queue`` (``localrag.serving.GenerationQueue``).
 
     The factories replace the real model, index and draft loading (tests use fakes); ``modes``
     replaces the mode registry."""
@@ -66,9 +68,9 @@ class Services:
         self.engine_error = engine_error
         self.model_config = config.model
         self.modes = modes
-        self.lock = threading.Lock()  # one generation / model swap at a time (a plain Lock: streaming
-        # generators may be resumed on another worker thread, which an RLock would refuse)
-        self.stop_event = threading.Event()
+        # one generation / model swap at a time, for every tab and API request; tickets, not threads,
+        # hold the turn (streaming generators may be resumed on another worker thread)
+        self.queue = GenerationQueue(max_waiting=config.max_waiting)
         self.history = ChatStore(Path(config.data_dir) / "history.sqlite")
         self.uploads_dir = Path(config.data_dir) / "uploads"
         self._index_factory = index_factory or self._real_index
@@ -86,20 +88,29 @@ class Services:
 
     # ------------------------------------------------------------ models
     def swap_model(self, model: str, gpu_layers: int) -> str:
-        """Load another target model; on failure keep the current one. Returns a status message."""
-        cfg = ModelConfig(model=model, n_gpu_layers=int(gpu_layers), n_ctx=self.model_config.n_ctx)
-        with self.lock:
-            try:
-                new = self._model_loader(cfg)
-            except LOAD_ERRORS as exc:
-                kept = f" Still using {self.engine.model_name}." if self.engine is not None else ""
-                return f"❌ Could not load **{model}**: {exc}.{kept}"
-            old, self.engine, self.engine_error, self.model_config = self.engine, new, "", cfg
-            self._drafts.clear()  # drafts were checked against the old target's vocabulary
-            self._rasd_states.clear()  # and acceptance was learned for the old target
-            if old is not None:
-                old.close()
+        """Load another target model, in line behind the answers already asked; on failure keep
+        the current one. Returns a status message."""
+        try:
+            with self.queue.turn("model-swap"):
+                self.load_model(model, gpu_layers)
+        except QueueFull as exc:
+            return f"❌ Could not load **{model}**: {exc}; try again in a moment."
+        except LOAD_ERRORS as exc:
+            kept = f" Still using {self.engine.model_name}." if self.engine is not None else ""
+            return f"❌ Could not load **{model}**: {exc}.{kept}"
         return f"✅ Loaded **{self.engine.model_name}** (GPU layers {gpu_layers})."
+
+    def load_model(self, model: str, gpu_layers: int | None = None) -> None:
+        """Replace the target model. The caller holds the queue's turn; raises LOAD_ERRORS and
+        then keeps the current model."""
+        layers = self.model_config.n_gpu_layers if gpu_layers is None else int(gpu_layers)
+        cfg = ModelConfig(model=model, n_gpu_layers=layers, n_ctx=self.model_config.n_ctx)
+        new = self._model_loader(cfg)
+        old, self.engine, self.engine_error, self.model_config = self.engine, new, "", cfg
+        self._drafts.clear()  # drafts were checked against the old target's vocabulary
+        self._rasd_states.clear()  # and acceptance was learned for the old target
+        if old is not None:
+            old.close()
 
     def model_status(self) -> str:
         if self.engine is None:

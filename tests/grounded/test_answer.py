@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -48,6 +49,27 @@ def test_plain_mode_streams_then_cites_the_stuffed_chunks(index, drafter):
     assert st.mode == "plain" and st.retrieval.n_chunks == 3 and st.generation.decoder is None
     for value in (st.retrieval.seconds, st.generation.prefill_seconds, st.generation.decode_seconds, st.total_s):
         assert value >= 0
+
+
+@pytest.mark.parametrize("mode", ["plain", "rasd"])
+def test_a_cancelled_answer_keeps_its_text_sources_and_stats(index, drafter, mode):
+    """Stop (the request's cancel flag) ends the answer early, and the mode still ends with its
+    AnswerResult: the text written so far, the citations and the stats."""
+    cancel = threading.Event()
+    request = AnswerRequest(Q, gen=GenerationConfig(max_tokens=64), k=3, cancel=cancel)
+    pieces, result = [], None
+    for item in get_mode(mode).stream(Answerer(drafter, index), request):
+        if isinstance(item, AnswerResult):
+            result = item
+        else:
+            pieces.append(item)
+            if len(pieces) == 2:
+                cancel.set()
+    assert result is not None and len(pieces) == 2
+    assert result.text == "".join(pieces).strip() and result.text
+    assert len(result.citations) == 3 and "contract.md" in result.citations[0].label
+    gen = result.stats.generation
+    assert gen.stop_reason == "cancelled" and 0 < gen.generated_tokens < 64 and gen.decode_seconds > 0
 
 
 def test_history_is_kept_and_no_index_answers_without_documents(drafter):

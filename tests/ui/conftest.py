@@ -157,16 +157,20 @@ def _fake_stream(self: AnswerMode, answerer, request):
     FakeAnswering.last_request, FakeAnswering.last_answerer = request, answerer
     if FakeAnswering.fail is not None:
         raise FakeAnswering.fail
+    written = []
     for i, p in enumerate(FakeAnswering.pieces):
         yield p
+        written.append(p)
         if FakeAnswering.on_piece:
             FakeAnswering.on_piece(i)
+        if request.cancelled:  # like the real modes: stop writing, still end with the result
+            break
     drafts = []
     if self.id == "grounded":
         drafts = [GroundedDraft("Marta Ilves", "The text says Marta Ilves polished it.", [citation()],
                                 -3.2, -4.1, -0.2, -1.1),
                   GroundedDraft("Quillfield", "The town is Quillfield.", [citation()], -2.9, -6.0, -2.3, -3.4)]
-    yield AnswerResult(text="".join(FakeAnswering.pieces), mode=self.id, citations=[citation()], supported=True,
+    yield AnswerResult(text="".join(written).strip(), mode=self.id, citations=[citation()], supported=True,
                        drafts=drafts, stats=_stats(self.id), searched='searched "q" in collection "default"')
 
 

@@ -10,14 +10,17 @@ with its citation opened to ``docs/screenshot.png`` when LOCALRAG_UPDATE_SCREENS
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
+import uuid
 from pathlib import Path
 
 import pytest
@@ -135,6 +138,24 @@ def ask(page, question: str, stats_pattern: str, timeout_s: float = 240) -> list
     raise AssertionError(f"no answer with {stats_pattern!r} within {timeout_s} s; chat:\n{seen[-1][-2000:]}")
 
 
+def watch_console(page) -> list[str]:
+    """The page's console errors and warnings and its uncaught exceptions, as they come."""
+    seen: list[str] = []
+    page.on("console", lambda m: seen.append(f"{m.type}: {m.text}") if m.type in ("error", "warning") else None)
+    page.on("pageerror", lambda e: seen.append(f"pageerror: {e}"))
+    return seen
+
+
+def assert_fully_shown(page, container: str, text: str) -> None:
+    """``text`` is rendered whole inside ``container``: not clipped, not pushed out of view."""
+    cell = page.locator(container).get_by_text(text, exact=False).filter(visible=True).first
+    box, outer = cell.bounding_box(), page.locator(container).bounding_box()
+    assert box and outer and box["x"] >= outer["x"] - 1 and box["x"] + box["width"] <= outer["x"] + outer["width"] + 1, (
+        f"{text!r} at {box} lies outside {container} {outer}")
+    clipped = cell.evaluate("e => e.scrollWidth > e.clientWidth + 1")
+    assert not clipped, f"{text!r} is cut off"
+
+
 def pick_mode(page, label: str) -> str:
     page.get_by_role("tab", name=re.compile("Mode & model")).click()
     page.locator("#mode label", has_text=label).click()
@@ -155,8 +176,11 @@ def test_browser_end_to_end(app, tmp_path):
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         page = browser.new_page(viewport={"width": 1600, "height": 1000})
         page.set_default_timeout(60_000)
+        console = watch_console(page)
         page.goto(app.url)
         page.wait_for_selector("#upload-files")
+        folder_zone = page.locator("#upload-folder").inner_text()
+        assert "Drop a folder here" in folder_zone and "Drop File Here" not in folder_zone, folder_zone
 
         # 1. upload two files through the page; wait for ingestion with per-file results
         page.set_input_files("#upload-files input[type=file]", [str(docs / "zephyr.md"), str(docs / "garden.txt")])
@@ -192,7 +216,9 @@ def test_browser_end_to_end(app, tmp_path):
         page.set_input_files("#upload-files input[type=file]", str(docs / "broken.pdf"))
         summary = wait_text(page, "#ingest-summary", r"Done: 0 added", 120)
         assert "1 failed" in summary, summary
-        assert re.search(r"broken\.pdf\s+failed\s+0\s+\S", page.locator("#ingest-table").inner_text())
+        failed = re.search(r"broken\.pdf\s+failed\s+0\s+(\S.*)", page.locator("#ingest-table").inner_text())
+        assert failed, page.locator("#ingest-table").inner_text()
+        assert_fully_shown(page, "#ingest-table", failed.group(1).strip())  # the reason is not cut off
 
         # 4. Speedup (RASD): stats with accepted tokens per step and the speedup estimate
         note = pick_mode(page, "Speedup (RASD)")
@@ -201,6 +227,9 @@ def test_browser_end_to_end(app, tmp_path):
         line = [ln for ln in text.splitlines() if ln.startswith("⚡ Speedup")][-1]
         assert "tok/s" in line and "accepted tokens/step" in line and "vs plain" in line, line
         page.locator("#stats-plot").wait_for(state="visible", timeout=30_000)  # accepted tokens per step
+        time.sleep(1.0)
+        ticks = page.locator("#stats-plot").inner_text().split("step")[0].split()
+        assert ticks and ticks[0] == "1" and all(t.isdigit() and int(t) >= 1 for t in ticks), ticks  # x from 1
 
         # 5. Grounded (Speculative RAG): drafts with scores, on demand
         note = pick_mode(page, "Grounded (Speculative RAG)")
@@ -209,7 +238,13 @@ def test_browser_end_to_end(app, tmp_path):
         bot.get_by_text(re.compile(r"🧪 Drafts \(\d+\)")).last.click()
         drafts = wait_text(page, "#chatbot", r"score[\s\S]*reflection", 20)
         assert "consistency" in drafts
+        offset_errors = [e for e in console if "offsetWidth" in e]
+        assert not offset_errors, offset_errors
         browser.close()
+
+    # the same process serves the OpenAI-compatible API beside the page
+    with urllib.request.urlopen(app.url + "v1/models", timeout=30) as r:
+        assert json.load(r)["data"][0]["id"] == "smollm2-135m-instruct"
 
     # 6. restart the app on the same folders: the chat is in the history sidebar
     app.stop()
@@ -224,4 +259,85 @@ def test_browser_end_to_end(app, tmp_path):
         text = wait_text(page, "#chatbot", re.escape(QUESTION) + r"[\s\S]*⚡ Plain", 30)
         assert answer.splitlines()[0][:20] in text
         assert "garden.txt" in page.locator("#doc-list").inner_text()  # the index survived too
+        browser.close()
+
+
+COUNT = "Count from 1 to 500, separated by commas."
+
+
+def set_max_tokens(page, n: int) -> None:
+    page.get_by_role("tab", name=re.compile("Mode & model")).click()
+    box = page.locator("#max-tokens input[type=number]")
+    box.click()
+    box.press("Control+a")
+    box.type(str(n))
+    box.press("Tab")
+    time.sleep(0.5)
+    assert page.locator("#max-tokens input[type=number]").input_value() == str(n)
+
+
+def wait_writing(page, question: str, timeout_s: float = 120) -> None:
+    """Until the answer to ``question`` is being written: some text, no stats line yet."""
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        answer = page.locator("#chatbot").inner_text().split(question)[-1]
+        assert "⚡" not in answer, f"the answer ended before the test could act on it:\n{answer[-500:]}"
+        if len(answer.strip()) > 30:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"no answer to {question!r} within {timeout_s} s")
+
+
+def test_two_tabs_stop_is_per_tab_and_uploads_leave_no_copy_behind(app, tmp_path):
+    """Tab A writes a long answer; tab B asks meanwhile and shows its place in line; Stop in B
+    stops B only and A writes to the end. Stop while writing keeps the text, sources and stats.
+    An uploaded file leaves no copy outside the app's data dir once ingested."""
+    from playwright.sync_api import sync_playwright
+
+    unique = f"zephyr-{uuid.uuid4().hex[:12]}.md"
+    (tmp_path / unique).write_text(ZEPHYR)
+    app.start()
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        context = browser.new_context(viewport={"width": 1400, "height": 1000})
+        a, b = context.new_page(), context.new_page()
+        for page in (a, b):
+            page.set_default_timeout(60_000)
+            page.goto(app.url)
+            page.wait_for_selector("#upload-files")
+
+        # an upload: staged under the data dir, and Gradio's temp copy removed once ingested
+        a.set_input_files("#upload-files input[type=file]", str(tmp_path / unique))
+        assert "1 added" in wait_text(a, "#ingest-summary", r"Done", 240)
+        data = tmp_path / "data"
+        assert (data / "uploads" / "default" / unique).is_file()
+        system_gradio = Path(tempfile.gettempdir()) / "gradio"
+        left = [p for root in (data / "tmp", system_gradio) if root.exists() for p in root.rglob(unique)]
+        assert not left, f"uploaded copies left behind: {left}"
+
+        # A asks for a long answer; B asks while A writes, and waits in line
+        set_max_tokens(a, 512)
+        a.fill("#question textarea", COUNT)
+        a.click("#send")
+        wait_writing(a, COUNT)
+        b.fill("#question textarea", "Who polished the mirror?")
+        b.click("#send")
+        wait_text(b, "#chatbot", r"waiting: 2nd in line", 60)
+        b.click("#stop")
+        wait_text(b, "#chatbot", r"Stopped before it started\.", 60)
+        assert "⚡" not in b.locator("#chatbot").inner_text()
+        a_text = wait_text(a, "#chatbot", r"⚡ Plain", 600)  # A wrote to the end
+        assert "Stopped" not in a_text and "📚 Sources" in a_text and re.search(r"\b512 tokens\b", a_text), a_text
+
+        # Stop while writing: the answer keeps its text, its sources and its stats line
+        set_max_tokens(b, 512)
+        b.fill("#question textarea", COUNT)
+        b.click("#send")
+        wait_writing(b, COUNT)
+        b.click("#stop")
+        b_text = wait_text(b, "#chatbot", re.escape(COUNT) + r"[\s\S]*Stopped\.[\s\S]*⚡ Plain", 60)
+        tail = b_text.split(COUNT)[-1]
+        assert "📚 Sources" in tail and "tok/s" in tail, tail
+        tokens = int(re.search(r"(\d+) tokens", tail).group(1))
+        assert 0 < tokens < 512, tail
         browser.close()

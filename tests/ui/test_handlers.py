@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import re
+import threading
+import time
 from pathlib import Path
 
 from localrag.models import ModelError
 from localrag.results import AnswerStats, GenerationStats, RasdStats
-from localrag.ui.handlers import ChatController, DocsController, SettingsController, history_choices
+from localrag.ui.handlers import (
+    ChatController,
+    DocsController,
+    SettingsController,
+    chat_label,
+    history_choices,
+)
 from localrag.ui.render import accepted_per_step, stats_line
 from localrag.ui.services import Settings
 from tests.ui.conftest import FakeEngine
@@ -50,7 +59,12 @@ def test_history_survives_restart(make_services):
     view = run(ChatController(first).respond(None, "Who polished the mirror?", Settings()))[-1]
     first.history.close()
     second = make_services()  # same data dir: a restarted app
-    assert history_choices(second) == [("Who polished the mirror?", view.chat_id)]
+    [(label, cid)] = history_choices(second)
+    assert cid == view.chat_id
+    assert re.fullmatch(r"Who polished the mirror\? · Plain · \d\d:\d\d", label), label  # title, mode, time
+    info = second.history.list_chats()[0]
+    assert chat_label(info, now=info.updated + 3 * 86400) == time.strftime(
+        "Who polished the mirror? · Plain · %d %b %H:%M", time.localtime(info.updated))  # older: the date too
     loaded = ChatController(second).load(view.chat_id)
     assert texts(loaded.messages)[:2] == ["Who polished the mirror?", "Marta Ilves polished it."]
 
@@ -107,16 +121,84 @@ def test_empty_question_and_bad_chat_id(make_services):
     assert views[-1].note and views[-1].messages == [] and s.history.list_chats() == []
 
 
-def test_stop_keeps_partial_answer(make_services, fake_answering):
+def test_stop_keeps_partial_answer_with_sources_and_stats(make_services, fake_answering):
     s = make_services()
     chat = ChatController(s)
-    fake_answering.on_piece = lambda i: chat.stop() if i == 1 else None
-    final = run(chat.respond(None, "q", Settings()))[-1]
-    assert final.messages[1]["content"].startswith("Marta Ilves polished") and "Stopped." in final.messages[1]["content"]
-    assert s.history.turns(final.chat_id)[0].answer == "Marta Ilves polished"
+    fake_answering.on_piece = lambda i: chat.stop("tab-1") if i == 1 else None
+    final = run(chat.respond(None, "q", Settings(), owner="tab-1"))[-1]
+    assert final.messages[1]["content"].startswith("Marta Ilves") and "Stopped." in final.messages[1]["content"]
+    assert "polished" not in final.messages[1]["content"]
+    assert "📚 Sources (1)" in titles(final.messages)  # what it had: its sources and its stats line
+    assert final.messages[-1]["content"].startswith("<small>⚡ Plain")
+    stored = s.history.turns(final.chat_id)[0]
+    assert stored.answer == "Marta Ilves" and stored.citations and stored.stats is not None
     fake_answering.on_piece = None
-    again = run(chat.respond(final.chat_id, "q2", Settings()))[-1]  # a later answer is not stopped
+    again = run(chat.respond(final.chat_id, "q2", Settings(), owner="tab-1"))[-1]  # a later answer is not stopped
     assert "⚡" in again.messages[-1]["content"] and "Stopped." not in again.messages[-4]["content"]
+
+
+def test_stop_in_one_tab_leaves_the_other_answering_and_the_waiting_tab_shows_its_place(
+        make_services, fake_answering):
+    """Tab A answers (held on its second piece); tab B waits and shows its place in line; Stop in
+    B stops B only; A then finishes its whole answer, with no "Stopped."."""
+    s = make_services()
+    chat = ChatController(s)
+    release_a = threading.Event()
+    a_writing = threading.Event()
+
+    def hold_a(i):
+        if i == 1 and threading.current_thread().name == "tab-a":
+            a_writing.set()
+            assert release_a.wait(10)
+
+    fake_answering.on_piece = hold_a
+    views: dict[str, list] = {"a": [], "b": []}
+
+    def ask(tab):
+        for v in chat.respond(None, f"question of {tab}", Settings(), owner=f"tab-{tab}"):
+            views[tab].append(v)
+
+    ta = threading.Thread(target=ask, args=("a",), name="tab-a")
+    ta.start()
+    assert a_writing.wait(10)
+    tb = threading.Thread(target=ask, args=("b",), name="tab-b")
+    tb.start()
+    deadline = time.time() + 10
+    while not any("waiting: 2nd in line" in v.messages[1]["content"] for v in views["b"]):
+        assert time.time() < deadline, [v.messages[1]["content"] for v in views["b"]]
+        time.sleep(0.02)
+    chat.stop("tab-b")
+    tb.join(10)
+    b = views["b"][-1].messages[1]["content"]
+    assert "Stopped before it started." in b and not views["b"][-1].busy
+    assert ta.is_alive()  # A is still answering
+    release_a.set()
+    ta.join(10)
+    a = views["a"][-1].messages
+    assert a[1]["content"] == "Marta Ilves polished it." and "Stopped" not in a[1]["content"]
+    assert a[-1]["content"].startswith("<small>⚡ Plain")
+
+
+def test_the_wait_counts_in_the_stats(make_services, fake_answering):
+    s = make_services()
+    chat = ChatController(s)
+    ticket = s.queue.submit("someone else")
+    assert s.queue.wait_turn(ticket, timeout=0)
+    threading.Timer(0.3, s.queue.release, args=(ticket,)).start()
+    final = run(chat.respond(None, "q", Settings(), owner="tab-1"))[-1]
+    stats = s.history.turns(final.chat_id)[0].stats
+    assert stats.waited_s >= 0.25
+    assert f"{stats.waited_s:.1f} s waiting for the model" in final.messages[-1]["content"]
+
+
+def test_a_full_queue_refuses_with_a_message(make_services):
+    s = make_services()
+    running = s.queue.submit("x")
+    s.queue.wait_turn(running, timeout=0)
+    for i in range(s.config.max_waiting):
+        s.queue.submit(f"w{i}")
+    final = run(ChatController(s).respond(None, "q", Settings(), owner="tab-1"))[-1]
+    assert "requests are already waiting" in final.messages[1]["content"] and not final.busy
 
 
 def test_regenerate_replaces_last_turn(make_services, fake_answering):
@@ -145,7 +227,11 @@ def test_grounded_mode_shows_drafts_with_scores(make_services):
     assert loaded == ["gemma3-270m"]  # the bundled verifier
     drafts = next(m for m in final.messages if m.get("metadata", {}).get("title", "").startswith("🧪 Drafts (2)"))
     assert "chosen #1" in drafts["metadata"]["title"]
-    assert "| 1 ✅ | -1.100 | -3.200 | -4.100 | -0.200 | Marta Ilves |" in drafts["content"]
+    content = drafts["content"]
+    assert "|" not in content  # no table: its seven headers were squeezed into the chat bubble
+    assert content.startswith("**#1 ✅ Marta Ilves** · score -1.100  \n"
+                              "draft log p -3.200 · consistency -4.100 · reflection -0.200 · from zephyr.md lines 3-4")
+    assert "> *The text says Marta Ilves polished it.*" in content and "**#2 Quillfield** · score -3.400" in content
     assert drafts["metadata"]["status"] == "done"  # collapsed: shown on demand
 
 
@@ -203,6 +289,28 @@ def test_ingest_progress_results_and_sanitized_names(make_services, tmp_path):
     # same file again: skipped
     again = run(docs.ingest([up / "b.txt"], "default"))[-1]
     assert "1 skipped" in again.summary
+
+
+def test_uploaded_temp_copies_are_removed_once_staged(make_services, tmp_path):
+    """Gradio's copies under the data dir's temp folder go once ingested; the staged copy stays
+    (the index cites it), and a file outside the temp folder is never touched."""
+    s = make_services()
+    temp = s.config.upload_temp_dir
+    (temp / "3f2a9c").mkdir(parents=True)
+    (temp / "77b1e0" / "sub").mkdir(parents=True)
+    a, b = temp / "3f2a9c" / "a.md", temp / "77b1e0" / "sub" / "b.txt"
+    a.write_text("alpha")
+    b.write_text("beta")
+    (temp / "77b1e0" / "other.txt").write_text("someone else's upload")
+    mine = tmp_path / "mine.txt"
+    mine.write_text("a user's own file")
+    final = run(DocsController(s).ingest([str(a), str(b), str(mine)], "default"))[-1]
+    assert "3 added" in final.summary
+    assert not a.exists() and not (temp / "3f2a9c").exists()
+    assert not b.exists() and not (temp / "77b1e0" / "sub").exists() and (temp / "77b1e0" / "other.txt").exists()
+    assert mine.exists() and temp.exists()
+    staged = sorted(p.name for p in (s.uploads_dir / "default").iterdir())
+    assert staged == ["a.md", "b.txt", "mine.txt"]
 
 
 def test_ingest_errors_are_messages(make_services, tmp_path):

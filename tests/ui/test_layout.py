@@ -30,3 +30,14 @@ def test_page_builds(make_services):
     ids = {getattr(b, "elem_id", None) for b in demo.blocks.values()}
     assert {"chatbot", "question", "send", "stop", "regenerate", "history", "upload-files", "upload-folder",
             "collection", "doc-list", "mode", "mode-note", "draft", "stats-plot"} <= ids
+
+
+def test_parse_args_api(monkeypatch):
+    monkeypatch.delenv("LOCALRAG_API_KEY", raising=False)
+    cfg = parse_args([])
+    assert cfg.api and cfg.api_key is None and cfg.host == "127.0.0.1"
+    assert parse_args(["--api-key", "k1"]).api_key == "k1"
+    assert not parse_args(["--no-api"]).api
+    assert not parse_args(["--share"]).api  # a public link must not carry the API
+    monkeypatch.setenv("LOCALRAG_API_KEY", "from-env")
+    assert parse_args([]).api_key == "from-env" and parse_args(["--api-key", "k2"]).api_key == "k2"

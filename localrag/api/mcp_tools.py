@@ -1,0 +1,81 @@
+"""MCP tools over the same documents and model: ``search_documents`` and ``ask_documents``, served
+over streamable HTTP at ``/mcp`` by the official ``mcp`` package, in the API's process.
+
+    {"mcpServers": {"localrag": {"url": "http://127.0.0.1:7860/mcp",
+                                 "headers": {"Authorization": "Bearer <key>"}}}}
+
+``ask_documents`` takes its turn in the shared generation queue like any other request; a full
+line is a tool error saying so.
+"""
+
+from __future__ import annotations
+
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+
+from localrag.api.answering import ApiAnswer, answer_chat, check_request
+from localrag.api.errors import ApiError
+from localrag.api.responses import usage_block
+from localrag.api.schemas import parse_chat
+from localrag.serving import QueueFull
+from localrag.ui.services import DEFAULT_COLLECTION, Services
+
+MAX_K = 20
+
+
+def build_mcp(services: Services) -> MCPServer:
+    server = MCPServer(name="localrag", log_level="WARNING", instructions=(
+        "Search and ask the user's own documents, indexed locally by localrag. search_documents "
+        "returns matching passages with their source; ask_documents answers a question from them "
+        "with citations."))
+
+    @server.tool()
+    def search_documents(query: str, collection: str = DEFAULT_COLLECTION, k: int = 5) -> dict:
+        """Find the passages of the user's documents that best match `query` (hybrid dense + BM25
+        search). Returns up to `k` hits, each with its source label (file, page or lines), text and score."""
+        if not query.strip():
+            raise ToolError("query is empty")
+        if not 1 <= k <= MAX_K:
+            raise ToolError(f"k must be between 1 and {MAX_K}")
+        _known_collection(services, collection)
+        services.ensure_embedder()
+        hits = services.index(collection).search(query, k)
+        return {"collection": collection, "query": query,
+                "hits": [{"source": h.citation(), "file": h.file, "text": h.text, "score": h.fused_score}
+                         for h in hits]}
+
+    @server.tool()
+    def ask_documents(question: str, collection: str = DEFAULT_COLLECTION, mode: str = "plain") -> dict:
+        """Answer `question` from the user's documents in `collection` with the local model.
+        mode: plain (standard RAG), rasd (the same answer, decoded faster) or grounded (drafts
+        scored by a verifier; says so when the documents do not answer). Returns the answer, its
+        citations and the speed stats."""
+        if services.engine is None:
+            raise ToolError(f"no model is loaded: {services.engine_error}")
+        try:
+            req = parse_chat({"model": services.engine.model_name, "collection": collection, "mode": mode,
+                              "messages": [{"role": "user", "content": question}]})
+            chosen = check_request(services, req)
+            ticket = services.queue.submit(owner="mcp")
+        except QueueFull as exc:
+            raise ToolError(f"{exc}; retry later") from None
+        except ApiError as exc:
+            raise ToolError(exc.message) from None
+        try:
+            if not services.queue.wait_turn(ticket):
+                raise ToolError("cancelled")
+            answer = next(item for item in answer_chat(services, req, chosen, ticket) if isinstance(item, ApiAnswer))
+        except ApiError as exc:
+            raise ToolError(exc.message) from None
+        finally:
+            services.queue.release(ticket)
+        grounding = answer.grounding.to_dict() if answer.grounding is not None else {}
+        return {"answer": answer.text, "mode": answer.stats.mode, **grounding, "usage": usage_block(answer)}
+
+    return server
+
+
+def _known_collection(services: Services, collection: str) -> None:
+    known = services.collections()
+    if collection not in known:
+        raise ToolError(f"collection {collection!r} does not exist; collections: {', '.join(known)}")

@@ -1,0 +1,202 @@
+"""The OpenAI-compatible routes: ``GET /v1/models``, ``POST /v1/chat/completions`` (streamed as
+server-sent events or not), ``POST /v1/embeddings``.
+
+Generation runs on a worker thread in the request's turn of the shared ``GenerationQueue`` and
+hands its pieces to the event loop; the route waits for the first of them before it answers, so
+an error found in the turn (a model that fails to load, a prompt over the context) is still an
+HTTP error, not a broken stream. A client that disconnects cancels its request, waiting or
+running; a full line is refused at once with 429.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from fastapi import APIRouter, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from localrag.api.answering import ApiAnswer, answer_chat, check_request, model_ids
+from localrag.api.errors import ApiError
+from localrag.api.responses import (
+    chunk,
+    completion_body,
+    completion_id,
+    embeddings_body,
+    final_chunks,
+    model_list,
+    sse,
+)
+from localrag.api.schemas import MAX_BODY_BYTES, ChatRequest, parse_chat, parse_embeddings, read_json
+from localrag.modes import AnswerMode
+from localrag.serving import QueueFull, Ticket
+from localrag.ui.services import DEFAULT_COLLECTION, Services
+
+DISCONNECT_POLL_S = 0.25
+BUNDLED_EMBEDDER = "all-MiniLM-L6-v2"  # the bundled sentence-transformers model (localrag.rag)
+
+
+@dataclass(frozen=True)
+class Piece:
+    text: str
+
+
+@dataclass(frozen=True)
+class Failed:
+    error: ApiError
+
+
+@dataclass(frozen=True)
+class Finished:
+    answer: ApiAnswer
+
+
+Event = Piece | Failed | Finished
+
+
+class AnswerThread:
+    """Runs one request in its turn on a worker thread; its events arrive on an asyncio queue."""
+
+    def __init__(self, services: Services, req: ChatRequest, mode: AnswerMode, ticket: Ticket,
+                 loop: asyncio.AbstractEventLoop) -> None:
+        self.services, self.req, self.mode, self.ticket, self.loop = services, req, mode, ticket, loop
+        self.events: asyncio.Queue[Event] = asyncio.Queue()
+        self.thread = threading.Thread(target=self._run, name="localrag-api-answer", daemon=True)
+
+    def start(self) -> AnswerThread:
+        self.thread.start()
+        return self
+
+    def _emit(self, event: Event) -> None:
+        self.loop.call_soon_threadsafe(self.events.put_nowait, event)
+
+    def _run(self) -> None:
+        queue = self.services.queue
+        try:
+            if not queue.wait_turn(self.ticket):
+                self._emit(Failed(ApiError(499, "the client went away", code="cancelled")))
+                return
+            for item in answer_chat(self.services, self.req, self.mode, self.ticket):
+                self._emit(Finished(item) if isinstance(item, ApiAnswer) else Piece(item))
+        except ApiError as exc:
+            self._emit(Failed(exc))
+        except Exception as exc:  # the client gets one line; never a traceback
+            self._emit(Failed(ApiError(500, f"{type(exc).__name__}: {exc}", code="generation_failed")))
+        finally:
+            queue.release(self.ticket)
+
+    async def next_event(self, request: Request) -> Event:
+        """The next event; cancels the request if the client disconnects meanwhile."""
+        while True:
+            try:
+                return await asyncio.wait_for(self.events.get(), DISCONNECT_POLL_S)
+            except TimeoutError:
+                if await request.is_disconnected():
+                    self.ticket.cancel.set()
+
+
+def build_router(services: Services) -> APIRouter:
+    router = APIRouter(prefix="/v1")
+
+    @router.get("/models")
+    async def models() -> JSONResponse:
+        names = await run_in_threadpool(model_ids, services)
+        return JSONResponse(model_list(names, embedder_name(services)))
+
+    @router.post("/chat/completions")
+    async def chat_completions(request: Request):
+        req = parse_chat(read_json(await read_body(request)))
+        mode = await run_in_threadpool(check_request, services, req)
+        try:
+            ticket = services.queue.submit(owner=f"api-{id(request)}")
+        except QueueFull as exc:
+            raise ApiError(429, f"{exc}; retry later", code="queue_full") from None
+        answer = AnswerThread(services, req, mode, ticket, asyncio.get_running_loop()).start()
+        try:
+            first = await answer.next_event(request)
+        except BaseException:
+            ticket.cancel.set()
+            raise
+        if isinstance(first, Failed):
+            raise first.error
+        cid, created = completion_id(), int(time.time())
+        if req.stream:
+            return StreamingResponse(stream_events(answer, first, request, cid, created),
+                                     media_type="text/event-stream",
+                                     headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        event, text = first, []
+        try:
+            while isinstance(event, Piece):
+                text.append(event.text)
+                event = await answer.next_event(request)
+        finally:
+            if not isinstance(event, Finished | Failed):
+                ticket.cancel.set()
+        if isinstance(event, Failed):
+            raise event.error
+        return JSONResponse(completion_body(cid, created, req.model, event.answer))
+
+    async def stream_events(answer: AnswerThread, first: Event, request: Request, cid: str,
+                            created: int) -> AsyncIterator[bytes]:
+        model = answer.req.model
+        event, done = first, False
+        try:
+            yield sse(chunk(cid, created, model, {"role": "assistant", "content": ""}))
+            while isinstance(event, Piece):
+                yield sse(chunk(cid, created, model, {"content": event.text}))
+                event = await answer.next_event(request)
+            if isinstance(event, Failed):  # after the first piece, an error can only end the stream
+                yield sse(event.error.body())
+            else:
+                for c in final_chunks(cid, created, model, event.answer, answer.req.include_usage):
+                    yield sse(c)
+            yield sse("[DONE]")
+            done = True
+        finally:
+            if not done:  # the client went away mid-stream: stop generating for it
+                answer.ticket.cancel.set()
+
+    @router.post("/embeddings")
+    async def embeddings(request: Request) -> JSONResponse:
+        req = parse_embeddings(read_json(await read_body(request)))
+        name = embedder_name(services)
+        if req.model != name:
+            raise ApiError(404, f"embedding model {req.model!r} is not available; this server embeds with {name}",
+                           code="model_not_found", param="model")
+        vectors, n_tokens = await run_in_threadpool(embed, services, list(req.inputs))
+        return JSONResponse(embeddings_body(name, vectors, n_tokens, req.encoding_format))
+
+    return router
+
+
+async def read_body(request: Request) -> bytes:
+    """The body, refused with 413 past MAX_BODY_BYTES (declared or streamed)."""
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        raise ApiError(413, f"request body over {MAX_BODY_BYTES} bytes", code="request_too_large")
+    body = bytearray()
+    async for part in request.stream():
+        body += part
+        if len(body) > MAX_BODY_BYTES:
+            raise ApiError(413, f"request body over {MAX_BODY_BYTES} bytes", code="request_too_large")
+    return bytes(body)
+
+
+def embedder_name(services: Services) -> str:
+    """The embedding model's name (a configured model's folder name), without loading it."""
+    configured = services.index(DEFAULT_COLLECTION).config.embedding_model
+    return Path(configured).name if configured else BUNDLED_EMBEDDER
+
+
+def embed(services: Services, texts: list[str]) -> tuple[np.ndarray, int]:
+    """Unit vectors for ``texts`` and the word pieces they took."""
+    services.ensure_embedder()
+    embedder = services.index(DEFAULT_COLLECTION).embedder
+    n_tokens = embedder.count_tokens(texts)
+    return embedder.embed(texts), n_tokens

@@ -1,0 +1,187 @@
+"""The API's overhead: time to first token and decode tokens/s of a streamed answer through
+``/v1/chat/completions`` against the same generation in-process.
+
+The server is ``python -m localrag serve`` on a free loopback port (same model, same settings);
+the client is a real HTTP client reading server-sent events. Both sides answer the same prompts
+greedily from an empty KV cache, interleaved (in-process then API, then the reverse order the next
+round), and every ratio compares the two runs of one prompt in one round. Reported: medians over
+prompts x rounds, and whether the texts were identical.
+
+    python -m localrag bench api [--model NAME|PATH] [--rounds 5] [--max-new-tokens 64] [--url URL] [--json]
+
+Times: TTFT from the call to the first text piece (for the API: from sending the request);
+decode tokens/s = (tokens - 1) / (last piece - first piece), the same clock on both sides.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import httpx
+
+from localrag.config import GenerationConfig, ModelConfig
+from localrag.engine import Engine
+
+PROMPTS = (
+    "Write a short story about a lighthouse keeper who finds a message in a bottle.",
+    "Explain how a refrigerator keeps food cold, step by step.",
+    "List ten tips for growing tomatoes in a small garden.",
+    "Describe a walk through a busy market on a rainy morning.",
+)
+
+
+@dataclass
+class Timing:
+    ttft_s: float
+    decode_tps: float
+    tokens: int
+    text: str
+
+
+def add_bench_cli(sub) -> None:
+    p = sub.add_parser("api", help="time to first token and tokens/s through the HTTP API vs in-process")
+    p.add_argument("--model", default=ModelConfig().model)
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--url", default=None,
+                   help="measure a server already running with the same model (default: start one)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=run)
+
+
+def in_process(engine: Engine, prompt: str, gen: GenerationConfig) -> Timing:
+    engine.backend.truncate(0)  # an empty KV cache, as every API request gets
+    t0 = time.perf_counter()
+    first = last = None
+    generation = engine.chat([{"role": "user", "content": prompt}], gen)
+    for _ in generation:
+        last = time.perf_counter()
+        first = first or last
+    n = generation.stats.generated_tokens
+    return Timing(first - t0, (n - 1) / (last - first), n, generation.text)
+
+
+def through_api(client: httpx.Client, model: str, prompt: str, gen: GenerationConfig) -> Timing:
+    body = {"model": model, "messages": [{"role": "user", "content": prompt}], "max_tokens": gen.max_tokens,
+            "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}
+    pieces: list[str] = []
+    first = last = None
+    n = 0
+    t0 = time.perf_counter()
+    with client.stream("POST", "/v1/chat/completions", json=body) as response:
+        response.raise_for_status()
+        for line in response.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            event = json.loads(line[6:])
+            if event.get("usage"):
+                n = event["usage"]["completion_tokens"]
+            for choice in event["choices"]:
+                if choice["delta"].get("content"):
+                    last = time.perf_counter()
+                    first = first or last
+                    pieces.append(choice["delta"]["content"])
+    return Timing(first - t0, (n - 1) / (last - first), n, "".join(pieces))
+
+
+class ServerProcess:
+    """``python -m localrag serve`` on a free port with throwaway index and data folders."""
+
+    def __init__(self, model: str) -> None:
+        self.tmp = tempfile.TemporaryDirectory(prefix="localrag-bench-api-")
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        tmp = Path(self.tmp.name)
+        self.log = open(tmp / "serve.log", "w")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "localrag", "serve", "--port", str(self.port), "--model", model,
+             "--index-dir", str(tmp / "index"), "--data-dir", str(tmp / "data")],
+            env={**os.environ, "HF_HUB_OFFLINE": "1"}, stdout=self.log, stderr=subprocess.STDOUT)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def wait_ready(self, timeout: float = 300) -> None:
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the server exited: {Path(self.log.name).read_text()[-2000:]}")
+            try:
+                httpx.get(self.url + "/v1/models", timeout=5).raise_for_status()
+                return
+            except httpx.HTTPError:
+                time.sleep(0.5)
+        raise RuntimeError("the server did not start in time")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self.log.close()
+        self.tmp.cleanup()
+
+
+def run(args) -> int:
+    server = None if args.url else ServerProcess(args.model)
+    try:
+        engine = Engine.load(ModelConfig(model=args.model))
+        if server is not None:
+            server.wait_ready()
+        gen = GenerationConfig(max_tokens=args.max_new_tokens)
+        rows = []
+        with httpx.Client(base_url=args.url or server.url, timeout=600) as client:
+            through_api(client, engine.model_name, PROMPTS[0], gen)  # warm-up: both sides once
+            in_process(engine, PROMPTS[0], gen)
+            for r in range(args.rounds):
+                for prompt in PROMPTS:
+                    if r % 2 == 0:
+                        local = in_process(engine, prompt, gen)
+                        api = through_api(client, engine.model_name, prompt, gen)
+                    else:
+                        api = through_api(client, engine.model_name, prompt, gen)
+                        local = in_process(engine, prompt, gen)
+                    rows.append({"round": r, "prompt": prompt, "in_process": asdict(local), "api": asdict(api)})
+        engine.close()
+    finally:
+        if server is not None:
+            server.stop()
+    report(rows, args)
+    return 0
+
+
+def report(rows: list[dict], args) -> None:
+    def med(side: str, key: str) -> float:
+        return statistics.median(row[side][key] for row in rows)
+
+    ttft_ratio = statistics.median(r["api"]["ttft_s"] / r["in_process"]["ttft_s"] for r in rows)
+    tps_ratio = statistics.median(r["api"]["decode_tps"] / r["in_process"]["decode_tps"] for r in rows)
+    same = sum(r["api"]["text"] == r["in_process"]["text"] for r in rows)
+    result = {"model": args.model, "rounds": args.rounds, "prompts": len(PROMPTS),
+              "max_new_tokens": args.max_new_tokens,
+              "in_process": {"ttft_s": med("in_process", "ttft_s"), "decode_tps": med("in_process", "decode_tps")},
+              "api": {"ttft_s": med("api", "ttft_s"), "decode_tps": med("api", "decode_tps")},
+              "ttft_ratio_api_over_in_process": ttft_ratio, "decode_tps_ratio_api_over_in_process": tps_ratio,
+              "identical_texts": f"{same}/{len(rows)}"}
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return
+    print(f"model {args.model}: {len(PROMPTS)} prompts x {args.rounds} rounds, {args.max_new_tokens} new tokens, "
+          "greedy, empty KV cache each run (medians)")
+    print(f"  in-process   TTFT {result['in_process']['ttft_s'] * 1000:7.1f} ms   "
+          f"decode {result['in_process']['decode_tps']:6.1f} tok/s")
+    print(f"  API (SSE)    TTFT {result['api']['ttft_s'] * 1000:7.1f} ms   decode {result['api']['decode_tps']:6.1f} tok/s")
+    print(f"  ratio API / in-process: TTFT {ttft_ratio:.3f}, decode tokens/s {tps_ratio:.3f}   "
+          f"(identical texts {same}/{len(rows)})")

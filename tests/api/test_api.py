@@ -1,0 +1,247 @@
+"""The OpenAI-compatible API and the MCP tools against a real server, with real clients: the
+official ``openai`` package and the ``mcp`` package's client session. One server for the module
+(``python -m localrag serve``, bundled model, a real index), small max_tokens.
+
+Run: HF_HUB_OFFLINE=1 .venv/bin/python -m pytest tests/api/test_api.py -q
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+import time
+
+import httpx
+import numpy as np
+import openai
+import psutil
+import pytest
+from mcp.client.session import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+from openai import OpenAI
+
+from tests.api.conftest import MODEL
+
+pytestmark = pytest.mark.slow
+
+COLOURS = [{"role": "user", "content": "Name three colours."}]
+PASSAGE = ("The harbour master logs every ship that enters the port. The blue ferry Aurora leaves for the "
+           "island at seven in the morning and returns at six in the evening.")
+
+
+def client(server, key: str = "unused") -> OpenAI:
+    return OpenAI(base_url=server.url, api_key=key, max_retries=0, timeout=600)
+
+
+def extra(obj, name: str):
+    return (obj.model_extra or {})[name]
+
+
+def test_models_lists_the_registry_and_the_embedder(server):
+    ids = [m.id for m in client(server).models.list()]
+    assert ids[0] == MODEL  # the loaded model first
+    assert "gemma3-270m" in ids and "all-MiniLM-L6-v2" in ids
+
+
+def test_streamed_and_non_streamed_answers_are_identical(server):
+    c = client(server)
+    full = c.chat.completions.create(model=MODEL, messages=COLOURS, max_tokens=16, temperature=0)
+    text = full.choices[0].message.content
+    assert text.strip() and full.choices[0].finish_reason in ("stop", "length")
+    assert full.usage.completion_tokens > 0 and full.usage.prompt_tokens > 0
+    speed = extra(full.usage, "speedup")
+    assert speed["mode"] == "plain" and speed["tokens_per_s"] > 0 and speed["speedup_vs_plain"] == 1.0
+    chunks = list(c.chat.completions.create(model=MODEL, messages=COLOURS, max_tokens=16, temperature=0,
+                                            stream=True, stream_options={"include_usage": True}))
+    assert chunks[0].choices[0].delta.role == "assistant"
+    streamed = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
+    assert streamed == text
+    finishes = [ch.choices[0].finish_reason for ch in chunks if ch.choices and ch.choices[0].finish_reason]
+    assert finishes == [full.choices[0].finish_reason]
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == full.usage.completion_tokens
+
+
+def test_rasd_writes_plain_text_with_its_speed_stats(server):
+    c = client(server)
+    messages = [{"role": "system", "content": PASSAGE}, {"role": "user", "content": "Repeat the text word for word."}]
+    plain = c.chat.completions.create(model=MODEL, messages=messages, max_tokens=32, temperature=0)
+    rasd = c.chat.completions.create(model=MODEL, messages=messages, max_tokens=32, temperature=0,
+                                     extra_body={"mode": "rasd"})
+    assert rasd.choices[0].message.content == plain.choices[0].message.content
+    speed = extra(rasd.usage, "speedup")
+    assert speed["mode"] == "rasd" and speed["steps"] > 0 and speed["accepted_tokens_per_step"] >= 1.0
+    assert speed["speedup_vs_plain"] > 0 and speed["tokens_per_s"] > 0
+
+
+def test_a_grounded_answer_carries_its_citations(server):
+    c = client(server)
+    question = [{"role": "user", "content": "Who polished the mirror of the Zephyr telescope?"}]
+    r = c.chat.completions.create(model=MODEL, messages=question, max_tokens=24, temperature=0,
+                                  extra_body={"collection": "docs", "k": 2})
+    grounding = extra(r, "localrag")
+    assert r.choices[0].message.content.strip()
+    assert "zephyr.md" in grounding["citations"][0]["label"] and grounding["supported"] is True
+    assert "Marta Ilves" in grounding["citations"][0]["text"]
+    assert 'collection "docs"' in grounding["searched"] and "evidence" in grounding
+    assert extra(r.usage, "speedup")["mode"] == "plain"
+    chunks = list(c.chat.completions.create(model=MODEL, messages=question, max_tokens=24, temperature=0,
+                                            stream=True, extra_body={"collection": "docs", "k": 2}))
+    assert "".join(ch.choices[0].delta.content or "" for ch in chunks) == r.choices[0].message.content
+    last = chunks[-1]
+    assert last.choices[0].finish_reason and extra(last, "localrag")["citations"] == grounding["citations"]
+
+
+def test_embeddings_with_the_bundled_embedder(server):
+    r = client(server).embeddings.create(model="all-MiniLM-L6-v2", input=[
+        "The telescope mirror was polished.", "Someone polished the mirror of the telescope.", "Tomatoes need sun."])
+    v = np.array([d.embedding for d in r.data])
+    assert v.shape == (3, 384) and np.allclose(np.linalg.norm(v, axis=1), 1.0, atol=1e-3)
+    assert v[0] @ v[1] > v[0] @ v[2] + 0.2
+    assert r.usage.prompt_tokens > 10 and [d.index for d in r.data] == [0, 1, 2]
+
+
+@pytest.mark.parametrize(("kwargs", "error", "status", "says"), [
+    ({"model": "gpt-4o"}, openai.NotFoundError, 404, "model 'gpt-4o' is not available"),
+    ({"temperature": 5}, openai.BadRequestError, 400, "temperature"),
+    ({"messages": []}, openai.BadRequestError, 400, "messages"),
+    ({"messages": [{"role": "system", "content": "hi"}]}, openai.BadRequestError, 400, "a user message"),
+    ({"stop": ["a", "b", "c", "d", "e"]}, openai.BadRequestError, 400, "stop"),
+    ({"n": 2}, openai.BadRequestError, 400, "n"),
+    ({"extra_body": {"mode": "fast"}}, openai.BadRequestError, 400, "unknown mode 'fast'"),
+    ({"extra_body": {"mode": "grounded"}}, openai.BadRequestError, 400, "give a collection"),
+    ({"extra_body": {"collection": "nope"}}, openai.NotFoundError, 404, "collection 'nope' does not exist"),
+    ({"extra_body": {"collection": "../etc"}}, openai.BadRequestError, 400, "collection"),
+    ({"extra_body": {"k": 0}}, openai.BadRequestError, 400, "k"),
+])
+def test_chat_errors_in_the_openai_shape(server, kwargs, error, status, says):
+    args = {"model": MODEL, "messages": COLOURS, "max_tokens": 4} | kwargs
+    with pytest.raises(error) as caught:
+        client(server).chat.completions.create(**args)
+    assert caught.value.status_code == status
+    body = caught.value.body
+    assert says in body["message"] and body["type"] and "Traceback" not in json.dumps(body)
+
+
+def test_other_errors_in_the_openai_shape(server):
+    with pytest.raises(openai.NotFoundError, match="embedding model 'text-embedding-3-small'"):
+        client(server).embeddings.create(model="text-embedding-3-small", input="x")
+    with httpx.Client(base_url=server.url, timeout=60) as h:
+        cases = [
+            (h.post("/chat/completions", content=b"{not json"), 400, "not valid JSON"),
+            (h.post("/chat/completions", content=b"[1, 2]"), 400, "JSON object"),
+            (h.post("/chat/completions", content=b"x" * (2 << 20)), 413, "request body over"),
+            (h.get("/nowhere"), 404, "not found"),
+            (h.get("/chat/completions"), 405, "Method Not Allowed"),
+            (h.post("/embeddings", json={"model": "all-MiniLM-L6-v2", "input": [1, 2]}), 400, "input"),
+        ]
+    for response, status, says in cases:
+        assert response.status_code == status, response.text
+        assert says in response.json()["error"]["message"] and "Traceback" not in response.text
+
+
+def test_max_tokens_is_capped(server):
+    r = client(server).chat.completions.create(model=MODEL, messages=COLOURS, max_tokens=10**9, temperature=0)
+    assert r.choices[0].message.content and r.usage.completion_tokens <= 2048
+
+
+def test_an_mcp_client_session_lists_and_calls_both_tools(server):
+    async def session():
+        async with streamable_http_client(server.base + "/mcp") as (read, write), ClientSession(read, write) as s:
+            await s.initialize()
+            tools = {t.name: t for t in (await s.list_tools()).tools}
+            found = await s.call_tool("search_documents", {"query": "who polished the mirror", "collection": "docs",
+                                                           "k": 2})
+            asked = await s.call_tool("ask_documents", {"question": "Who polished the mirror of the Zephyr telescope?",
+                                                        "collection": "docs", "mode": "plain"})
+            missing = await s.call_tool("search_documents", {"query": "x", "collection": "nope"})
+            return tools, found, asked, missing
+
+    tools, found, asked, missing = asyncio.run(session())
+    assert set(tools) == {"search_documents", "ask_documents"}
+    assert set(tools["ask_documents"].input_schema["properties"]) == {"question", "collection", "mode"}
+    assert not found.is_error
+    hits = json.loads(found.content[0].text)["hits"]  # the tool's JSON, as an MCP client reads it
+    assert len(hits) == 2 and "zephyr.md" in hits[0]["source"] and "Marta Ilves" in hits[0]["text"]
+    assert not asked.is_error
+    answer = json.loads(asked.content[0].text)
+    assert answer["answer"].strip() and answer["mode"] == "plain"
+    assert "zephyr.md" in answer["citations"][0]["label"] and answer["usage"]["completion_tokens"] > 0
+    assert missing.is_error and "collection 'nope' does not exist" in missing.content[0].text
+
+
+def test_four_concurrent_streams_complete_unmixed_and_memory_returns(server):
+    c = client(server)
+    prompts = ["Name three colours.", "Name three fruits.", "Name three animals.", "Name three countries."]
+
+    def ask(prompt: str, stream: bool) -> str:
+        args = {"model": MODEL, "messages": [{"role": "user", "content": prompt}], "max_tokens": 12,
+                "temperature": 0}
+        if not stream:
+            return c.chat.completions.create(**args).choices[0].message.content
+        return "".join(ch.choices[0].delta.content or "" for ch in c.chat.completions.create(stream=True, **args))
+
+    alone = [ask(p, stream=False) for p in prompts]  # each answer by itself, one after the other
+    assert len(set(alone)) == 4
+    proc = psutil.Process(server.proc.pid)
+    measured = []
+    for _ in range(3):  # the first round warms the server's thread pools; then it must hold steady
+        results: dict[int, str] = {}
+        workers = [threading.Thread(target=lambda i=i, out=results: out.__setitem__(i, ask(prompts[i], stream=True)))
+                   for i in range(4)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join(600)
+        assert [results.get(i) for i in range(4)] == alone  # all complete, none mixed
+        time.sleep(1.0)
+        measured.append((proc.memory_info().rss, proc.num_threads()))
+    (rss0, threads0), (_, _), (rss2, threads2) = measured
+    grown = (rss2 - rss0) / 2**20
+    assert grown < 16, f"server RSS grew {grown:.1f} MiB over 8 more concurrent answers"
+    assert threads2 <= threads0  # no answer thread left behind
+
+
+def test_a_client_that_goes_away_cancels_its_answer(server):
+    c = client(server)
+    long = [{"role": "user", "content": "Count from 1 to 500, separated by commas."}]
+    stream = c.chat.completions.create(model=MODEL, messages=long, max_tokens=1024, temperature=0, stream=True)
+    pieces = []
+    for ch in stream:
+        pieces.append(ch.choices[0].delta.content or "")
+        if len(pieces) > 4:
+            break
+    stream.close()  # the client disconnects after a few tokens of a ~1000-token answer
+    t0 = time.perf_counter()
+    r = c.chat.completions.create(model=MODEL, messages=COLOURS, max_tokens=2, temperature=0)
+    waited = extra(r.usage, "speedup")["waited_s"]
+    # the abandoned answer stopped within a poll or two, not after ~1000 more tokens
+    assert waited < 5, f"waited {waited:.1f} s behind an abandoned answer"
+    assert time.perf_counter() - t0 < 60
+
+
+def test_bench_api_reports_paired_ratios(server, capsys):
+    """The benchmark command runs end to end (timings are its output, not asserted)."""
+    from localrag.__main__ import main
+
+    assert main(["bench", "api", "--url", server.base, "--rounds", "1", "--max-new-tokens", "4", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["identical_texts"] == "4/4"  # the same generation on both sides
+    assert out["ttft_ratio_api_over_in_process"] > 0 and out["decode_tps_ratio_api_over_in_process"] > 0
+
+
+def test_binds_loopback_only(server):
+    listening = [cn.laddr for cn in psutil.Process(server.proc.pid).net_connections(kind="inet")
+                 if cn.status == psutil.CONN_LISTEN]
+    assert listening and {a.ip for a in listening} == {"127.0.0.1"}
+    assert {a.port for a in listening} == {server.port}
+    for ip in _non_loopback_ips():
+        with socket.socket() as s, pytest.raises(OSError):
+            s.settimeout(2)
+            s.connect((ip, server.port))
+
+
+def _non_loopback_ips() -> list[str]:
+    return [a.address for addrs in psutil.net_if_addrs().values() for a in addrs
+            if a.family == socket.AF_INET and not a.address.startswith("127.")]
