@@ -1,0 +1,587 @@
+"""Sentence-level evidence: which sentences of an answer the retrieved chunks support, and where.
+
+UI-free and model-free: the aligner is given the answer text, the chunks the answer was written
+from (anything with ``chunk_id``, ``text`` and the file/page/line anchors of a search hit), and
+optionally the question, an embedder and a yes/no judge. Per sentence it returns the supporting
+spans (chunk id, character offsets in the chunk text, the chunk's page or lines), a support score
+in [0, 1] and, when unsupported, a short reason; per answer a content-weighted support score, the
+chunks cited in order of first use, the retrieved chunks that support nothing ("also searched"),
+and the seconds the alignment took.
+
+    aligner = EvidenceAligner(embedder=index.embedder)
+    evidence = aligner.align(answer_text, hits, question=question)
+    marked = mark_citations(answer_text, evidence)       # "... 4.2 metres. [1]", ("chunk-id",)
+
+Signals, per sentence, against the chunks chosen as its evidence (one chunk, or more when one does
+not cover it all: an answer that joins two passages):
+
+    exact     share of the sentence's tokens inside long matches copied from the chunk (greedy
+              longest match, left to right, over a suffix array of the chunk's tokens)
+    overlap   share of its content words whose stem occurs in the chunk
+    embedding cosine of the claim (question + sentence) to the evidence window (the chunk
+              sentences holding the matches), with the embedder given
+    context   share of the question's content words found in the window or the sentence itself:
+              a short answer copied from a passage about something else scores low
+    missing   numbers, names and dates of the sentence that the evidence does not contain; any such
+              word makes the sentence unsupported ('number "4.5" not in the sources')
+    judge     optional: the judge's P(yes) that the window supports the claim, while its time
+              stays within the budget
+
+The score is a logistic combination of the signals whose weights, and the thresholds, are fitted
+on a calibration split kept apart from the reported one (:class:`EvidenceConfig`).
+
+Copy provenance: a decoder that copied answer text from a chunk (RASD accepting retrieval tokens)
+can pass those spans as ``copied``. The exact-match signal finds every copied run by itself, so the
+evidence does not depend on them (the same answer text gets the same evidence in every mode); they
+are checked against the alignment and the check is counted in the stats.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+import time
+import unicodedata
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Protocol
+
+import numpy as np
+import Stemmer
+
+from localrag.spec.retrieval import SuffixIndex
+
+
+# ------------------------------------------------------------------ inputs
+class EvidenceChunk(Protocol):
+    """What the aligner reads of a chunk (a search ``Hit`` or an answer ``Citation`` fit)."""
+
+    @property
+    def chunk_id(self) -> str: ...
+    @property
+    def text(self) -> str: ...
+    @property
+    def file(self) -> str: ...
+    @property
+    def page(self) -> int | None: ...
+    @property
+    def line_start(self) -> int | None: ...
+    @property
+    def line_end(self) -> int | None: ...
+
+
+class Embedder(Protocol):
+    def embed(self, texts: list[str]) -> np.ndarray:
+        """Unit vectors, one row per text."""
+
+
+Judge = Callable[[str, str], float]  # (claim, evidence text) -> P(the evidence supports the claim)
+
+
+@dataclass(frozen=True)
+class Token:
+    text: str  # as written
+    norm: str  # NFKC + casefold; numbers without thousands separators
+    start: int
+    end: int
+
+
+Tokenizer = Callable[[str], list[Token]]
+
+
+@dataclass(frozen=True)
+class CopiedSpan:
+    """Answer characters [answer_start, answer_end) were copied from chunk_id's text [start, end)."""
+
+    answer_start: int
+    answer_end: int
+    chunk_id: str
+    start: int
+    end: int
+
+
+# ------------------------------------------------------------------ outputs
+@dataclass(frozen=True)
+class EvidenceSpan:
+    """A supporting passage: characters [start, end) of the chunk's text, and where the chunk is."""
+
+    chunk_id: str
+    start: int
+    end: int
+    file: str
+    page: int | None
+    line_start: int | None
+    line_end: int | None
+
+
+@dataclass(frozen=True)
+class Signals:
+    exact: float
+    overlap: float
+    embedding: float | None
+    missing: tuple[str, ...]
+    judge: float | None = None
+
+
+@dataclass(frozen=True)
+class SentenceEvidence:
+    text: str
+    start: int  # character offsets in the answer
+    end: int
+    spans: tuple[EvidenceSpan, ...]
+    score: float
+    supported: bool
+    reason: str  # why not supported ('' when supported)
+    signals: Signals
+
+
+@dataclass(frozen=True)
+class AlignmentStats:
+    seconds: float
+    judged: int = 0  # sentences the judge scored
+    judge_seconds: float = 0.0
+    copied_given: int = 0  # provenance spans passed in
+    copied_confirmed: int = 0  # ... that the alignment found as exact matches of the same chunk text
+
+
+@dataclass(frozen=True)
+class AnswerEvidence:
+    """Equality compares the evidence only (not the timing and provenance stats)."""
+
+    sentences: tuple[SentenceEvidence, ...]
+    score: float  # the answer's support: ``support`` adjusted by how well the evidence meets the question
+    supported: bool  # score >= the refusal threshold
+    cited: tuple[str, ...]  # chunk ids of supporting chunks, in order of first use
+    also_searched: tuple[str, ...]  # retrieved chunks that support no sentence
+    support: float = 0.0  # content-weighted mean of the sentence scores
+    context: float = 1.0  # share of the question's content words in the answer or its evidence
+    unmatched: tuple[str, ...] = ()  # numbers and names of the question the evidence does not contain
+    stats: AlignmentStats = field(compare=False, default=AlignmentStats(0.0))
+
+    @property
+    def seconds(self) -> float:
+        return self.stats.seconds
+
+
+@dataclass(frozen=True)
+class MarkedAnswer:
+    text: str  # the answer with [n] after each supported sentence
+    numbering: tuple[str, ...]  # chunk id of marker n at index n - 1
+
+
+@dataclass(frozen=True)
+class EvidenceConfig:
+    """Constants of the aligner. The weights, bias and thresholds are calibrated: fitted by
+    ``python -m localrag bench grounding --suite squad --split calibration --n 300 --calibrate``
+    (logistic regression of answer correctness on the signals) on the calibration half of SQuAD v2
+    dev, never on the reported half."""
+
+    weight_exact: float = 1.0
+    weight_overlap: float = 2.0
+    weight_embedding: float = 2.0
+    weight_missing: float = -3.0
+    weight_context: float = 2.0  # answer level: logit moves by weight * (context - 1)
+    weight_unmatched: float = -1.0  # answer level: a number or name of the question not in the evidence
+    weight_judge: float = 0.0
+    judge_center: float = 0.0  # the judge's logit is centred on this
+    embedding_default: float = 0.5  # stands in for the embedding signal when no embedder is given
+    bias: float = -3.5
+    sentence_threshold: float = 0.5  # a sentence scoring below this is unsupported
+    refusal_threshold: float = 0.3  # an answer scoring below this is not supported by the documents
+    phrase_tokens: int = 3  # an exact match counts when at least this long (or the whole sentence)
+    min_overlap: float = 0.3  # a chunk without such a match is evidence only if it has this share of the words
+    max_chunks: int = 3  # chunks one sentence may cite
+    judge_budget_s: float = 0.2  # per answer; the judge is skipped once its time exceeds this
+
+
+# ------------------------------------------------------------------ text
+_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
+_TOKEN = re.compile(rf"\d+(?:[.,:/]\d+)*(?:st|nd|rd|th|s)?|[{_CJK}]|(?:(?![{_CJK}])[^\W\d_])+")
+_SENTENCE_BREAK = re.compile(r"(?<=[.!?。！？])\s+|\s*\n\s*")
+_ABBREVIATION = re.compile(r"(?:\b\w|e\.g|i\.e|etc|mr|mrs|ms|dr|st|vs|no|fig|vol)\.$", re.IGNORECASE)
+_THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}\b)")
+_SMALL_NUMBERS = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
+                  "fifteen sixteen seventeen eighteen nineteen twenty")
+NUMBER_WORDS = {w: str(i) for i, w in enumerate(_SMALL_NUMBERS.split())}
+NUMBER_WORDS.update(thirty="30", forty="40", fifty="50", sixty="60", seventy="70", eighty="80", ninety="90",
+                    hundred="100", thousand="1000", million="1000000", billion="1000000000")
+_STOPWORD_TEXT = """a about above after again against all also am an and any are as at be because been before
+being below between both but by can could did do does doing down during each few for from further had has have
+having he her here hers herself him himself his how i if in into is it its itself just me more most my myself
+no nor not of off on once only or other our ours ourselves out over own same she should so some such than that
+the their theirs them themselves then there these they this those through to too under until up very was we
+were what when where which while who whom why will with would you your yours yourself yourselves s t don
+isn wasn aren weren doesn didn won"""
+STOPWORDS = frozenset(_STOPWORD_TEXT.split())
+
+_stemmer = Stemmer.Stemmer("english")
+
+
+def word_tokens(text: str) -> list[Token]:
+    """Words and numbers with character offsets (punctuation dropped); CJK characters one by one."""
+    out = []
+    for m in _TOKEN.finditer(text):
+        raw = m.group()
+        norm = _THOUSANDS.sub("", unicodedata.normalize("NFKC", raw).casefold())
+        out.append(Token(raw, NUMBER_WORDS.get(norm, norm), m.start(), m.end()))
+    return out
+
+
+@lru_cache(maxsize=65536)
+def stem(norm: str) -> str:
+    return _stemmer.stemWord(norm)
+
+
+def is_content(tok: Token) -> bool:
+    return tok.norm not in STOPWORDS and (len(tok.norm) > 1 or not tok.norm.isascii())
+
+
+def split_sentences(text: str) -> list[tuple[int, int]]:
+    """(start, end) of each sentence (line breaks also end one); abbreviations do not."""
+    spans, start = [], 0
+    for m in _SENTENCE_BREAK.finditer(text):
+        if "\n" not in m.group() and _ABBREVIATION.search(text[max(start, m.start() - 6):m.start()]):
+            continue
+        spans.append((start, m.start()))
+        start = m.end()
+    spans.append((start, len(text)))
+    return [(a, b) for a, b in spans if text[a:b].strip()]
+
+
+def entity_words(tokens: Sequence[Token]) -> list[Token]:
+    """Numbers (digits or number words), and names or dates: capitalised words past the first."""
+    return [t for i, t in enumerate(tokens)
+            if t.norm[0].isdigit() or (i > 0 and t.text[0].isupper() and t.norm not in STOPWORDS)]
+
+
+def _sigmoid(z: float) -> float:
+    return 1.0 / (1.0 + math.exp(-z)) if z > -50 else 0.0
+
+
+# ------------------------------------------------------------------ chunks, prepared once
+@dataclass
+class _PreparedChunk:
+    """A chunk's tokens, their ids in the aligner's vocabulary, a suffix array over them, its stems
+    and sentences (cached by text: a chat keeps retrieving the same chunks)."""
+
+    tokens: list[Token]
+    ids: list[int]
+    index: SuffixIndex
+    stems: frozenset[str]
+    norms: frozenset[str]
+    sentences: list[tuple[int, int]]  # character spans
+    sentence_of: list[int]  # token -> its sentence
+    sentence_stems: list[frozenset[str]]
+
+
+@dataclass(frozen=True)
+class _Segment:
+    """Sentence tokens [i, i + length) copied from chunk tokens [pos, pos + length)."""
+
+    i: int
+    length: int
+    pos: int
+
+
+@dataclass
+class _Candidate:
+    """One chunk as evidence for one sentence."""
+
+    chunk: int  # index into the chunks given
+    segments: list[_Segment]  # exact matches long enough to count
+    exact: set[int]  # sentence token indices inside those matches
+    supported: set[int]  # content token indices found in the chunk (stem or exact)
+    window: list[int] = field(default_factory=list)  # chunk sentences holding the evidence
+    context: float = 0.0
+    rank: float = 0.0
+
+
+@dataclass
+class _Found:
+    """A sentence's evidence before the model-based signals (embedding, judge) and the score."""
+
+    text: str
+    start: int
+    end: int
+    tokens: list[Token]
+    spans: tuple[EvidenceSpan, ...]
+    window: list[tuple[int, int]]  # (chunk, chunk sentence) holding the best chunk's evidence
+    window_text: str  # what the embedding and the judge compare the claim with
+    exact: float
+    overlap: float
+    missing: tuple[str, ...]
+    n_content: int
+
+
+class EvidenceAligner:
+    """Aligns answers to chunks; see the module docstring. Keeps a small cache of prepared chunks,
+    so one aligner should serve a session (not thread-safe)."""
+
+    def __init__(self, embedder: Embedder | None = None, tokenize: Tokenizer = word_tokens,
+                 judge: Judge | None = None, config: EvidenceConfig | None = None, cache_size: int = 256):
+        self.embedder = embedder
+        self.tokenize = tokenize
+        self.judge = judge
+        self.config = config or EvidenceConfig()
+        self._vocab: dict[str, int] = {}
+        self._prepared: OrderedDict[str, _PreparedChunk] = OrderedDict()
+        self._cache_size = cache_size
+
+    # ---------------------------------------------------------------- preparing
+    def _ids(self, tokens: Sequence[Token], add: bool) -> list[int]:
+        """Vocabulary ids; an unknown word of an answer gets -1 (it occurs in no chunk)."""
+        if add:
+            return [self._vocab.setdefault(t.norm, len(self._vocab)) for t in tokens]
+        return [self._vocab.get(t.norm, -1) for t in tokens]
+
+    def _prepare(self, text: str) -> _PreparedChunk:
+        key = hashlib.sha1(text.encode("utf-8")).hexdigest()
+        hit = self._prepared.get(key)
+        if hit is not None:
+            self._prepared.move_to_end(key)
+            return hit
+        tokens = self.tokenize(text)
+        ids = self._ids(tokens, add=True)
+        sentences = split_sentences(text)
+        ends = [b for _, b in sentences]
+        sentence_of = [min(int(np.searchsorted(ends, t.start, side="right")), len(sentences) - 1) for t in tokens]
+        sentence_stems: list[set[str]] = [set() for _ in sentences]
+        for t, k in zip(tokens, sentence_of, strict=True):
+            sentence_stems[k].add(stem(t.norm))
+        prepared = _PreparedChunk(tokens, ids, SuffixIndex(ids), frozenset(stem(t.norm) for t in tokens),
+                                  frozenset(t.norm for t in tokens), sentences, sentence_of,
+                                  [frozenset(x) for x in sentence_stems])
+        self._prepared[key] = prepared
+        while len(self._prepared) > self._cache_size:
+            self._prepared.popitem(last=False)
+        return prepared
+
+    # ---------------------------------------------------------------- aligning
+    def align(self, answer: str, chunks: Sequence[EvidenceChunk], question: str = "",
+              copied: Sequence[CopiedSpan] = ()) -> AnswerEvidence:
+        """The evidence of every sentence of ``answer`` in ``chunks`` (see the module docstring)."""
+        t0 = time.perf_counter()
+        prepared = [self._prepare(c.text) for c in chunks]
+        question_tokens = self.tokenize(question)
+        question_stems = {stem(t.norm) for t in question_tokens if is_content(t)}
+        found = [self._sentence(answer, a, b, chunks, prepared, question_stems) for a, b in split_sentences(answer)]
+        embeddings = self._embedding_signal(question, found)
+        judged, judge_seconds = self._judge_signal(question, found)
+        sentences = tuple(self._finish(f, emb, jd) for f, emb, jd in zip(found, embeddings, judged, strict=True))
+        cited = tuple(dict.fromkeys(sp.chunk_id for s in sentences if s.supported for sp in s.spans))
+        also = tuple(dict.fromkeys(c.chunk_id for c in chunks if c.chunk_id not in cited))
+        context, unmatched = _question_match(question_tokens, question_stems, found, prepared)
+        score, support = self._answer_score(found, sentences, context, unmatched)
+        confirmed = sum(self._confirms(cp, answer, found, chunks) for cp in copied)
+        stats = AlignmentStats(time.perf_counter() - t0, sum(j is not None for j in judged), judge_seconds,
+                               len(copied), confirmed)
+        return AnswerEvidence(sentences, score, score >= self.config.refusal_threshold, cited, also,
+                              support, context, unmatched, stats)
+
+    def _sentence(self, answer: str, a: int, b: int, chunks: Sequence[EvidenceChunk],
+                  prepared: list[_PreparedChunk], question_stems: set[str]) -> _Found:
+        """Choose the sentence's evidence chunks and spans, and its lexical signals."""
+        tokens = [Token(t.text, t.norm, t.start + a, t.end + a) for t in self.tokenize(answer[a:b])]
+        ids = self._ids(tokens, add=False)
+        content = [j for j, t in enumerate(tokens) if is_content(t)] or list(range(len(tokens)))
+        need = min(self.config.phrase_tokens, len(tokens))
+        candidates = []
+        for c, pc in enumerate(prepared):
+            segments = [s for s in _cover(tokens, ids, pc) if s.length >= need]
+            exact = {j for s in segments for j in range(s.i, s.i + s.length)}
+            supported = {j for j in content if j in exact or stem(tokens[j].norm) in pc.stems}
+            cand = _Candidate(c, segments, exact, supported)
+            cand.window = _window(pc, cand, tokens, question_stems)
+            relevance = len(question_stems.intersection(*(pc.sentence_stems[k] for k in cand.window))) if cand.window else 0
+            cand.rank = (len(supported) / len(content) + 0.5 * len(exact) / max(1, len(tokens))
+                         + 0.5 * relevance / max(1, len(question_stems)))
+            candidates.append(cand)
+        chosen = _choose([c for c in candidates if c.segments or len(c.supported) >= self.config.min_overlap * len(content)],
+                         content, self.config.max_chunks)
+        exact = set().union(*(c.exact for c in chosen))
+        supported = set().union(*(c.supported for c in chosen))
+        norms = set().union(*(prepared[c.chunk].norms for c in chosen))
+        missing = tuple(dict.fromkeys(t.text for t in entity_words(tokens) if t.norm not in norms))
+        window = [(c.chunk, k) for c in chosen[:1] for k in c.window]
+        return _Found(answer[a:b], a, b, tokens, _spans(chosen, chunks, prepared), window,
+                      " ".join(chunks[c].text[slice(*prepared[c].sentences[k])] for c, k in window),
+                      len(exact) / max(1, len(tokens)), len(supported) / len(content), missing,
+                      len(content) if tokens else 0)
+
+    def _embedding_signal(self, question: str, found: list[_Found]) -> list[float | None]:
+        """Cosine of each claim (question + sentence) to its evidence window, in one batch."""
+        todo = [k for k, f in enumerate(found) if f.window_text]
+        out: list[float | None] = [None] * len(found)
+        if self.embedder is None or not todo:
+            return out
+        claims = [_claim(question, found[k].text) for k in todo]
+        vecs = self.embedder.embed(claims + [found[k].window_text for k in todo])
+        for j, k in enumerate(todo):
+            out[k] = float(vecs[j] @ vecs[len(todo) + j])
+        return out
+
+    def _judge_signal(self, question: str, found: list[_Found]) -> tuple[list[float | None], float]:
+        """The judge's P(yes) per sentence, in order, until its time exceeds the budget."""
+        out: list[float | None] = [None] * len(found)
+        spent = 0.0
+        if self.judge is None:
+            return out, spent
+        for k, f in enumerate(found):
+            if not f.window_text or spent > self.config.judge_budget_s:
+                continue
+            t = time.perf_counter()
+            out[k] = float(self.judge(_claim(question, f.text), f.window_text))
+            spent += time.perf_counter() - t
+        return out, spent
+
+    def _finish(self, f: _Found, embedding: float | None, judge: float | None) -> SentenceEvidence:
+        cfg = self.config
+        z = (cfg.bias + cfg.weight_exact * f.exact + cfg.weight_overlap * f.overlap
+             + cfg.weight_embedding * (cfg.embedding_default if embedding is None else embedding)
+             + cfg.weight_missing * bool(f.missing))
+        if judge is not None:
+            z += cfg.weight_judge * (_logit(judge) - cfg.judge_center)
+        score = _sigmoid(z) if f.spans else 0.0
+        if not f.spans:
+            reason = "not found in the sources"
+        elif f.missing:
+            word = f.missing[0]
+            reason = f'{"number" if word[0].isdigit() else "name"} "{word}" not in the sources'
+        elif score < cfg.sentence_threshold:
+            reason = "weak match with the sources"
+        else:
+            reason = ""
+        return SentenceEvidence(f.text, f.start, f.end, f.spans, score, not reason, reason,
+                                Signals(f.exact, f.overlap, embedding, f.missing, judge))
+
+    def _answer_score(self, found: list[_Found], sentences: Sequence[SentenceEvidence], context: float,
+                      unmatched: tuple[str, ...]) -> tuple[float, float]:
+        """(score, support): support is the content-weighted mean sentence score; the score moves
+        it, on the logit scale, by the question's words the evidence lacks."""
+        support = float(np.average([s.score for s in sentences], weights=[max(1, f.n_content) for f in found])
+                        ) if sentences else 0.0
+        if support == 0.0:
+            return 0.0, 0.0
+        cfg = self.config
+        z = _logit(support) + cfg.weight_context * (context - 1.0) + cfg.weight_unmatched * bool(unmatched)
+        return _sigmoid(z), support
+
+    def _confirms(self, cp: CopiedSpan, answer: str, found: list[_Found], chunks: Sequence[EvidenceChunk]) -> bool:
+        """A copied span is confirmed when its text is the answer's text there and a span of the
+        alignment in the same chunk text covers it."""
+        source = next((c.text for c in chunks if c.chunk_id == cp.chunk_id), None)
+        if source is None or source[cp.start:cp.end].split() != answer[cp.answer_start:cp.answer_end].split():
+            return False
+        texts = {c.chunk_id: c.text for c in chunks}
+        return any(texts[sp.chunk_id][sp.start:sp.end].find(source[cp.start:cp.end].strip()) >= 0
+                   for f in found for sp in f.spans)
+
+
+# ------------------------------------------------------------------ phases of one sentence
+def _cover(tokens: list[Token], ids: list[int], chunk: _PreparedChunk) -> list[_Segment]:
+    """Greedy longest matches left to right: at each position, the longest run of the sentence
+    that occurs in the chunk (binary search on its length: a run occurs only if its prefixes do)."""
+    segments, i, n = [], 0, len(ids)
+    while i < n:
+        if tokens[i].norm not in chunk.norms:
+            i += 1
+            continue
+        lo, hi = 1, n - i
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if chunk.index.count(ids[i:i + mid]):
+                lo = mid
+            else:
+                hi = mid - 1
+        segments.append(_Segment(i, lo, min(chunk.index.find(ids[i:i + lo]))))
+        i += lo
+    return segments
+
+
+def _window(chunk: _PreparedChunk, cand: _Candidate, tokens: list[Token], question_stems: set[str]) -> list[int]:
+    """The chunk sentences holding the candidate's matches; without matches, the chunk sentence
+    sharing the most stems with the sentence (and the question, to break ties)."""
+    if cand.segments:
+        return sorted({chunk.sentence_of[s.pos + d] for s in cand.segments for d in range(s.length)})
+    if not cand.supported:
+        return []
+    want = {stem(tokens[j].norm) for j in cand.supported}
+    best = max(range(len(chunk.sentences)),
+               key=lambda k: (len(want & chunk.sentence_stems[k]), len(question_stems & chunk.sentence_stems[k]), -k))
+    return [best]
+
+
+def _question_match(question_tokens: list[Token], question_stems: set[str], found: list[_Found],
+                    prepared: list[_PreparedChunk]) -> tuple[float, tuple[str, ...]]:
+    """(context, unmatched): the share of the question's content stems found in the answer or in
+    its evidence windows (a short answer copied from a passage about something else scores low), and
+    the question's numbers and names found neither in the answer nor in its evidence chunks."""
+    answer = [t for f in found for t in f.tokens]
+    windows = [(c, j) for f in found for c, k in f.window for j in (k - 1, k) if j >= 0]  # + the sentence before
+    have = {stem(t.norm) for t in answer}.union(*(prepared[c].sentence_stems[k] for c, k in windows))
+    context = len(question_stems & have) / len(question_stems) if question_stems else 1.0
+    norms = {t.norm for t in answer}.union(*(prepared[c].norms for c in {c for c, _ in windows}))
+    unmatched = tuple(dict.fromkeys(t.text for t in entity_words(question_tokens) if t.norm not in norms))
+    return context, unmatched
+
+
+def _choose(candidates: list[_Candidate], content: list[int], max_chunks: int) -> list[_Candidate]:
+    """The best chunk, then while content words stay uncovered, the chunk covering most of them."""
+    ranked = sorted((c for c in candidates if c.supported or c.exact), key=lambda c: (-c.rank, c.chunk))
+    if not ranked:
+        return []
+    chosen = [ranked[0]]
+    left = set(content) - ranked[0].supported
+    while left and len(chosen) < max_chunks:
+        best = max(ranked, key=lambda c: (len(c.supported & left), len(c.exact & left), -c.chunk))
+        if best in chosen or not best.supported & left:
+            break
+        chosen.append(best)
+        left -= best.supported
+    return chosen
+
+
+def _spans(chosen: list[_Candidate], chunks: Sequence[EvidenceChunk],
+           prepared: list[_PreparedChunk]) -> tuple[EvidenceSpan, ...]:
+    """Character spans of the chosen chunks' matches (a later chunk's only where it adds words);
+    a chunk chosen for its words alone (a paraphrase) gives its window sentence."""
+    spans: list[EvidenceSpan] = []
+    covered: set[int] = set()
+    for cand in chosen:
+        chunk, pc = chunks[cand.chunk], prepared[cand.chunk]
+        ranges = [(pc.tokens[s.pos].start, pc.tokens[s.pos + s.length - 1].end) for s in cand.segments
+                  if not set(range(s.i, s.i + s.length)) <= covered]
+        if not ranges:
+            ranges = [pc.sentences[k] for k in cand.window]
+        covered |= cand.exact | cand.supported
+        spans += [EvidenceSpan(chunk.chunk_id, x, y, chunk.file, chunk.page, chunk.line_start, chunk.line_end)
+                  for x, y in ranges]
+    return tuple(spans)
+
+
+def _claim(question: str, sentence: str) -> str:
+    return f"{question.strip()} {sentence.strip()}".strip()
+
+
+def _logit(p: float) -> float:
+    p = min(max(p, 1e-6), 1 - 1e-6)
+    return math.log(p / (1 - p))
+
+
+# ------------------------------------------------------------------ citation markers
+def mark_citations(answer: str, evidence: AnswerEvidence) -> MarkedAnswer:
+    """The answer with ``[n]`` after every supported sentence, n numbering the cited chunks in
+    order of first use (``evidence.cited``)."""
+    number = {cid: k for k, cid in enumerate(evidence.cited, start=1)}
+    pieces, at = [], 0
+    for s in evidence.sentences:
+        if not s.supported:
+            continue
+        marks = "".join(f"[{number[c]}]" for c in dict.fromkeys(sp.chunk_id for sp in s.spans))
+        pieces += [answer[at:s.end], marks]
+        at = s.end
+    pieces.append(answer[at:])
+    return MarkedAnswer("".join(pieces), evidence.cited)
