@@ -149,7 +149,8 @@ def test_non_english_text():
     (s,) = ev.sentences
     assert s.supported and s.signals.exact == 1.0 and ev.cited == ("zh",)
     assert _quoted([de, zh], s.spans[0]) == "主镜由玛尔塔在一九九八年抛光"
-    assert not aligner.align("主镜由约翰在一九九八年抛光。", [de, zh]).sentences[0].signals.exact == 1.0
+    other = aligner.align("主镜由约翰在一九九八年抛光。", [de, zh]).sentences[0]  # another name
+    assert other.signals.exact < 1.0 and other.signals.overlap < 1.0 and other.score < s.score
 
 
 def test_copy_provenance_is_confirmed_and_changes_nothing(aligner):
