@@ -200,7 +200,7 @@ class EvidenceConfig:
 # ------------------------------------------------------------------ text
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
 _TOKEN = re.compile(rf"\d+(?:[.,:/]\d+)*(?:st|nd|rd|th|s)?|[{_CJK}]|(?:(?![{_CJK}])[^\W\d_])+")
-_SENTENCE_BREAK = re.compile(r"(?<=[.!?。！？])\s+|\s*\n\s*")
+_SENTENCE_BREAK = re.compile(r"(?<=[.!?])\s+|(?<=[。！？])\s*|\s*\n\s*")
 _ABBREVIATION = re.compile(r"(?:\b\w|e\.g|i\.e|etc|mr|mrs|ms|dr|st|vs|no|fig|vol)\.$", re.IGNORECASE)
 _THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}\b)")
 _SMALL_NUMBERS = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
@@ -239,16 +239,20 @@ def is_content(tok: Token) -> bool:
     return tok.norm not in STOPWORDS and (len(tok.norm) > 1 or not tok.norm.isascii())
 
 
-def split_sentences(text: str) -> list[tuple[int, int]]:
-    """(start, end) of each sentence (line breaks also end one); abbreviations do not."""
+def split_sentences(text: str, line_breaks: bool = True) -> list[tuple[int, int]]:
+    """(start, end) of each sentence; abbreviations do not end one. A line break ends one when
+    ``line_breaks`` (answers: list items), else only a blank line does (documents wrap lines)."""
     spans, start = [], 0
     for m in _SENTENCE_BREAK.finditer(text):
-        if "\n" not in m.group() and _ABBREVIATION.search(text[max(start, m.start() - 6):m.start()]):
+        brk = m.group().count("\n")
+        if (not brk and _ABBREVIATION.search(text[max(start, m.start() - 6):m.start()])) or (
+                brk == 1 and not line_breaks and text[m.start() - 1:m.start()] not in ".!?。！？"):
             continue
         spans.append((start, m.start()))
         start = m.end()
     spans.append((start, len(text)))
-    return [(a, b) for a, b in spans if text[a:b].strip()]
+    trimmed = [(a + len(text[a:b]) - len(text[a:b].lstrip()), a + len(text[a:b].rstrip())) for a, b in spans]
+    return [(a, b) for a, b in trimmed if a < b]
 
 
 def entity_words(tokens: Sequence[Token]) -> list[Token]:
@@ -314,6 +318,7 @@ class _Found:
     overlap: float
     missing: tuple[str, ...]
     n_content: int
+    matched: tuple[tuple[int, int], ...]  # answer characters inside the exact matches
 
 
 class EvidenceAligner:
@@ -345,7 +350,7 @@ class EvidenceAligner:
             return hit
         tokens = self.tokenize(text)
         ids = self._ids(tokens, add=True)
-        sentences = split_sentences(text)
+        sentences = split_sentences(text, line_breaks=False)
         ends = [b for _, b in sentences]
         sentence_of = [min(int(np.searchsorted(ends, t.start, side="right")), len(sentences) - 1) for t in tokens]
         sentence_stems: list[set[str]] = [set() for _ in sentences]
@@ -409,7 +414,8 @@ class EvidenceAligner:
         return _Found(answer[a:b], a, b, tokens, _spans(chosen, chunks, prepared), window,
                       " ".join(chunks[c].text[slice(*prepared[c].sentences[k])] for c, k in window),
                       len(exact) / max(1, len(tokens)), len(supported) / len(content), missing,
-                      len(content) if tokens else 0)
+                      len(content) if tokens else 0,
+                      tuple((tokens[s.i].start, tokens[s.i + s.length - 1].end) for c in chosen for s in c.segments))
 
     def _embedding_signal(self, question: str, found: list[_Found]) -> list[float | None]:
         """Cosine of each claim (question + sentence) to its evidence window, in one batch."""
@@ -470,14 +476,15 @@ class EvidenceAligner:
         return _sigmoid(z), support
 
     def _confirms(self, cp: CopiedSpan, answer: str, found: list[_Found], chunks: Sequence[EvidenceChunk]) -> bool:
-        """A copied span is confirmed when its text is the answer's text there and a span of the
-        alignment in the same chunk text covers it."""
+        """A copied span is confirmed when the chunk reads there what the answer reads, and every
+        word of it lies inside an exact match the alignment found."""
         source = next((c.text for c in chunks if c.chunk_id == cp.chunk_id), None)
-        if source is None or source[cp.start:cp.end].split() != answer[cp.answer_start:cp.answer_end].split():
+        words = self.tokenize(answer[cp.answer_start:cp.answer_end])
+        if source is None or [t.norm for t in self.tokenize(source[cp.start:cp.end])] != [t.norm for t in words]:
             return False
-        texts = {c.chunk_id: c.text for c in chunks}
-        return any(texts[sp.chunk_id][sp.start:sp.end].find(source[cp.start:cp.end].strip()) >= 0
-                   for f in found for sp in f.spans)
+        matched = [r for f in found for r in f.matched]
+        return all(any(a <= cp.answer_start + t.start and cp.answer_start + t.end <= b for a, b in matched)
+                   for t in words)
 
 
 # ------------------------------------------------------------------ phases of one sentence

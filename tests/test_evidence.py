@@ -185,6 +185,10 @@ def test_tokens_and_sentences():
     text = "Dr. Ilves came at 4.30 p.m. today. She left.\n- first item\nSecond?  Yes."
     assert [text[a:b] for a, b in split_sentences(text)] == [
         "Dr. Ilves came at 4.30 p.m. today.", "She left.", "- first item", "Second?", "Yes."]
+    wrapped = "A line that wraps\nhere. Next one.\n\nNew paragraph\n"
+    assert [wrapped[a:b] for a, b in split_sentences(wrapped, line_breaks=False)] == [
+        "A line that wraps\nhere.", "Next one.", "New paragraph"]
+    assert [("主镜宽四米。主镜抛光。")[a:b] for a, b in split_sentences("主镜宽四米。主镜抛光。")] == ["主镜宽四米。", "主镜抛光。"]
 
 
 def test_the_judge_is_timed_and_skipped_past_its_budget():
