@@ -184,24 +184,25 @@ class EvidenceConfig:
     on the calibration half of SQuAD v2 dev (questions split by a hash of their paragraph, see
     ``localrag.bench.grounding_data``), never on the reported half: a logistic regression of
     "the answer contains a gold answer" (F1 >= 0.5 had 3 positives in 300) on the answer-level
-    signals, and the refusal threshold as the highest that refused at most 15% of the answerable
-    questions there. With the bundled SmolLM2-135M the signals separate right from wrong answers
+    signals, each weight kept to its sign (more evidence never lowers the support; overlap came
+    out 0 beside the exact and embedding signals), and the refusal threshold as the highest that
+    refused at most 15% of the answerable questions there. With the bundled SmolLM2-135M the signals separate right from wrong answers
     only moderately, so the weights are small and the threshold low (see the README's figures).
     ``sentence_threshold`` is the same threshold applied to one sentence."""
 
-    weight_exact: float = 0.4479
-    weight_overlap: float = -0.2475
-    weight_embedding: float = 1.1685
-    weight_missing: float = -0.2768
-    weight_context: float = 0.3803  # answer level: logit moves by weight * (context - 1)
-    weight_unmatched: float = -0.1811  # answer level: a number or name of the question not in the evidence
-    weight_novel: float = 1.3136  # answer level: logit moves by weight * (novel - 1)
-    weight_relevance: float = 1.2735  # answer level: logit moves by weight * (relevance - 1)
+    weight_exact: float = 0.4087
+    weight_overlap: float = 0.0000
+    weight_embedding: float = 1.1536
+    weight_missing: float = -0.2654
+    weight_context: float = 0.3694  # answer level: logit moves by weight * (context - 1)
+    weight_unmatched: float = -0.1823  # answer level: a number or name of the question not in the evidence
+    weight_novel: float = 1.2420  # answer level: logit moves by weight * (novel - 1)
+    weight_relevance: float = 1.2594  # answer level: logit moves by weight * (relevance - 1)
     relevance_default: float = 0.5  # stands in for the relevance signal when no embedder is given
     weight_judge: float = 0.0  # the judge is off by default: see the README (AUROC 0.52, ~1 s per answer)
     judge_center: float = 0.0  # the judge's logit is centred on this
     embedding_default: float = 0.5  # stands in for the embedding signal when no embedder is given
-    bias: float = -1.4057
+    bias: float = -1.6072
     sentence_threshold: float = 0.0326  # a sentence scoring below this is unsupported
     refusal_threshold: float = 0.0326  # an answer scoring below this is not supported by the documents
     phrase_tokens: int = 3  # an exact match counts when at least this long (or the whole sentence)

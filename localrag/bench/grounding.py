@@ -40,7 +40,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
-from sklearn.linear_model import LogisticRegression
+from scipy.optimize import minimize
 
 from localrag.answer import Answerer
 from localrag.bench.grounding_data import (
@@ -185,6 +185,7 @@ def summarize(rows: list[GroundingRow]) -> dict:
 
 # ------------------------------------------------------------------ calibration
 FEATURES = ("exact", "overlap", "embedding", "missing", "context", "unmatched", "novel", "relevance")
+SIGNS = (1, 1, 1, -1, 1, -1, 1, 1)  # the direction each signal may move the support: fitted weights keep it
 
 
 def features_of(evidence: AnswerEvidence) -> dict:
@@ -208,16 +209,33 @@ def features_of(evidence: AnswerEvidence) -> dict:
 def fit_weights(rows: list[GroundingRow], base: EvidenceConfig, label: str = "contained") -> EvidenceConfig:
     """Logistic regression of the label on the answer-level signals of answered questions
     (unanswerable ones count as wrong)."""
-    fit = [r for r in rows if not r.model_refused and r.features.get("found", 1.0) > 0]
+    fit = [r for r in rows if not r.model_refused and r.score > 0]  # a score of 0 is the rule: nothing found
     x = np.array([[r.features[f] for f in FEATURES] for r in fit])
-    y = np.array([(r.contained if label == "contained" else r.correct) and r.answerable for r in fit])
-    model = LogisticRegression(C=1.0, max_iter=1000).fit(x, y)
-    w = dict(zip(FEATURES, model.coef_[0].tolist(), strict=True))
+    y = np.array([(r.contained if label == "contained" else r.correct) and r.answerable for r in fit], dtype=float)
+    coef, intercept = signed_logistic(x, y, SIGNS)
+    w = dict(zip(FEATURES, coef.tolist(), strict=True))
     # The sentence logit holds everything but the answer-level terms, which enter as (x - 1):
-    bias = float(model.intercept_[0]) + w["context"] + w["novel"] + w["relevance"]
+    bias = intercept + w["context"] + w["novel"] + w["relevance"]
     return replace(base, weight_exact=w["exact"], weight_overlap=w["overlap"], weight_embedding=w["embedding"],
                    weight_missing=w["missing"], weight_context=w["context"], weight_unmatched=w["unmatched"],
                    weight_novel=w["novel"], weight_relevance=w["relevance"], bias=bias)
+
+
+def signed_logistic(x: np.ndarray, y: np.ndarray, signs: tuple[int, ...], l2: float = 1.0) -> tuple[np.ndarray, float]:
+    """Logistic regression (L2 penalty l2/2 |w|^2 on the summed log-loss, as scikit-learn's C=1/l2)
+    whose weights keep the given signs: more evidence never lowers the support."""
+    n, k = x.shape
+
+    def loss(wb):
+        z = x @ wb[:k] + wb[k]
+        p = 1.0 / (1.0 + np.exp(-z))
+        value = np.sum(np.logaddexp(0.0, z) - y * z) + 0.5 * l2 * wb[:k] @ wb[:k]
+        grad = np.append(x.T @ (p - y) + l2 * wb[:k], np.sum(p - y))
+        return value, grad
+
+    bounds = [(0.0, None) if s > 0 else (None, 0.0) for s in signs] + [(None, None)]
+    res = minimize(loss, np.zeros(k + 1), jac=True, bounds=bounds, method="L-BFGS-B")
+    return res.x[:k], float(res.x[k])
 
 
 def fit_refusal_threshold(rows: list[GroundingRow]) -> float:
