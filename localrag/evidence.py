@@ -53,12 +53,13 @@ from typing import Protocol
 import numpy as np
 import Stemmer
 
-from localrag.spec.retrieval import SuffixIndex
+from localrag.rasd.retrieval import SuffixIndex
 
 
 # ------------------------------------------------------------------ inputs
 class EvidenceChunk(Protocol):
-    """What the aligner reads of a chunk (a search ``Hit`` or an answer ``Citation`` fit)."""
+    """What the aligner reads of a chunk: the fields of ``localrag.results.ChunkLike`` without its
+    methods, so a search ``Hit`` and an answer's ``Citation`` both fit."""
 
     @property
     def chunk_id(self) -> str: ...

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from localrag.bench import ingest, plain, qa, retrieval, speed
+from localrag.bench import grounding, ingest, plain, qa, retrieval, speed
 
-BENCH_MODULES = (plain, ingest, retrieval, speed, qa)
+BENCH_MODULES = (plain, ingest, retrieval, speed, qa, grounding)
 
 
 def add_cli(subparsers) -> None:

@@ -1,7 +1,7 @@
 """``bench grounding``: how well the evidence aligner's support score tells right answers from wrong
 ones, whether its citations point at the gold evidence, and what honest refusal costs.
 
-    python -m localrag bench grounding --suite squad --n 200 [--mode plain|rasd|specrag] [--json]
+    python -m localrag bench grounding --suite squad --n 200 [--mode plain|rasd|grounded] [--json]
     python -m localrag bench grounding --suite hotpotqa --n 100
     python -m localrag bench grounding --data my.jsonl --n 50     # bench qa's format, + "gold_doc"
     python -m localrag bench grounding --suite squad --split calibration --n 300 --calibrate
@@ -52,10 +52,12 @@ from localrag.bench.grounding_data import (
     load_records,
 )
 from localrag.bench.qa import MEMBERS, QA_INSTRUCTIONS, build_index, normalize, score_answer
-from localrag.config import GenerationConfig, ModelConfig
+from localrag.config import GenerationConfig, GroundedConfig, ModelConfig
 from localrag.engine import Engine
 from localrag.evidence import AnswerEvidence, EvidenceAligner, EvidenceConfig
-from localrag.specrag import short_answer
+from localrag.grounded import load_verifier
+from localrag.grounded.scoring import short_answer
+from localrag.modes import get_mode, mode_names
 
 MAX_REFUSALS_OF_ANSWERABLE = 0.15  # the refusal threshold is the highest that stays within this
 
@@ -266,9 +268,11 @@ def setup(suite: str | None, data: str | None, split: str, n: int | None, seed: 
     name = f"grounding-{Path(data).stem if data else suite}-{split}"
     index, _, _ = build_index(name, [r.qa for r in records])
     docs = list(dict.fromkeys(d for r in records for d in r.qa.docs))  # build_index's file order
-    engine = Engine.load(ModelConfig(model=model) if model else ModelConfig())
-    ver = Engine.load(ModelConfig(model=verifier, n_batch=1024)) if mode == "specrag" else None
-    answerer = Answerer(engine, index, verifier=ver, instructions=QA_INSTRUCTIONS)
+    base = ModelConfig(model=model) if model else ModelConfig()
+    engine = Engine.load(base)
+    grounded = GroundedConfig(verifier=verifier)
+    ver = load_verifier(grounded, base) if get_mode(mode).id == "grounded" else None
+    answerer = Answerer(engine, index, verifier=ver, grounded_config=grounded, instructions=QA_INSTRUCTIONS)
     key = hashlib.sha1("\n\0".join(docs).encode()).hexdigest()[:12]
     return Setup(records, docs, answerer, EvidenceAligner(index.embedder, config=config), engine.model_name, key)
 
@@ -301,8 +305,9 @@ def score_row(s: Setup, rec: GroundingRecord, answered: AnsweredQuestion, cached
 def run_grounding(suite: str | None, data: str | None, n: int | None, seed: int = 0, split: str = "report",
                   mode: str = "plain", k: int = 5, model: str | None = None, verifier: str = "gemma3-270m",
                   config: EvidenceConfig | None = None, cache: bool = False, progress=None,
-                  calibrate: bool = False) -> dict:
-    """Answer and align every sampled question; with ``calibrate``, fit the constants on them."""
+                  calibrate: bool = False, out: str | None = None) -> dict:
+    """Answer and align every sampled question; with ``calibrate``, fit the constants on them.
+    ``out``: the summary so far is rewritten there after every question."""
     config = config or EvidenceConfig()
     s = setup(suite, data, split, n, seed, mode, model, verifier, config)
     gen = GenerationConfig(max_tokens=32)
@@ -314,6 +319,8 @@ def run_grounding(suite: str | None, data: str | None, n: int | None, seed: int 
         answers.append(answered)
         if progress:
             progress(i + 1, len(s.records), row)
+        if out:
+            Path(out).write_text(json.dumps({"partial": i + 1, **summarize(rows)}, indent=2), encoding="utf-8")
     result = {"suite": Path(data).stem if data else suite, "split": split, "seed": seed, "mode": mode, "k": k,
               "model": s.model, **summarize(rows)}
     if calibrate:
@@ -338,10 +345,10 @@ def add_bench_cli(bench_subparsers) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--split", choices=SPLITS, default="report",
                    help="report: the half never used for calibration (default); calibration; all")
-    p.add_argument("--mode", choices=("plain", "rasd", "specrag"), default="plain")
+    p.add_argument("--mode", choices=mode_names(), default="plain")
     p.add_argument("--k", type=int, default=5, help="chunks per answer")
     p.add_argument("--model", default=None)
-    p.add_argument("--verifier", default="gemma3-270m", help="Speculative RAG's verifier (specrag mode)")
+    p.add_argument("--verifier", default=GroundedConfig().verifier, help="Grounded mode's verifier")
     p.add_argument("--cache", action="store_true", help="re-use answers cached by an earlier run (and cache new ones)")
     p.add_argument("--calibrate", action="store_true", help="fit the evidence constants on these questions")
     p.add_argument("--out", default=None, help="also write the full result (every question) to this JSON file")
@@ -360,7 +367,8 @@ def cmd_grounding(args) -> int:
 
     t0 = time.perf_counter()
     result = run_grounding(args.suite, args.data, args.n, args.seed, args.split, args.mode, args.k, args.model,
-                           args.verifier, cache=args.cache, progress=progress, calibrate=args.calibrate)
+                           args.verifier, cache=args.cache, progress=progress, calibrate=args.calibrate,
+                           out=args.out)
     result["seconds"] = round(time.perf_counter() - t0, 1)
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=2), encoding="utf-8")

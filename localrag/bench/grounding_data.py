@@ -27,10 +27,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from localrag.answer import Answerer
-from localrag.bench.qa import MEMBERS, QARecord, cache_dir, jsonl_records, sample, squad_records, wheel_json
-from localrag.config import GenerationConfig
+from localrag.bench.qa import MEMBERS, QARecord, jsonl_records, sample, squad_records, wheel_json
+from localrag.config import GenerationConfig, default_cache_dir
+from localrag.grounded.scoring import is_refusal, short_answer
+from localrag.modes import AnswerRequest, get_mode
 from localrag.rag.records import Hit
-from localrag.specrag import is_refusal, short_answer
 
 SPLITS = ("report", "calibration", "all")
 
@@ -115,13 +116,14 @@ class AnsweredQuestion:
 def answer_question(answerer: Answerer, question: str, mode: str, gen: GenerationConfig, k: int) -> AnsweredQuestion:
     """The one call into the answer layer. The answer's chunks are re-read with their retrieval
     scores (the same deterministic search) because the answer's citations carry none."""
+    answering = get_mode(mode)
     t0 = time.perf_counter()
-    result = answerer.ask(question, mode, gen, k=k)
+    result = answering.answer(answerer, AnswerRequest(question, gen=gen, k=k))
     seconds = time.perf_counter() - t0
-    n = answerer.specrag_config.n if mode == "specrag" else k
-    by_id = {h.chunk_id: h for h in answerer.retrieve(question, n).hits}
+    grounded = answering.id == "grounded"
+    by_id = {h.chunk_id: h for h in answerer.retrieve(question, answerer.grounded_config.n if grounded else k).hits}
     hits = [by_id[c.chunk_id] for c in result.citations if c.chunk_id in by_id]
-    refused = is_refusal(short_answer(result.text)) or (mode == "specrag" and not result.supported)
+    refused = is_refusal(short_answer(result.text)) or (grounded and not result.supported)
     return AnsweredQuestion(result.text.strip(), hits, refused, seconds)
 
 
@@ -129,7 +131,7 @@ class AnswerCache:
     """Answers on disk, one JSON file per key (see the module docstring)."""
 
     def __init__(self, root: Path | None = None, enabled: bool = True):
-        self.root = root or cache_dir() / "grounding" / "answers"
+        self.root = root or default_cache_dir() / "grounding" / "answers"
         self.enabled = enabled
 
     @staticmethod

@@ -1,7 +1,7 @@
 """bench grounding: its metrics and bookkeeping on hand-made data, then one real run (bundled model,
 real index) on a small JSONL file.
 
-Run: HF_HUB_OFFLINE=1 .venv/bin/python -m pytest tests/specrag/test_bench_grounding.py -q
+Run: HF_HUB_OFFLINE=1 .venv/bin/python -m pytest tests/grounded/test_bench_grounding.py -q
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 aligned with the index's own embedder. Plain and Speedup (RASD) write the same text, so they must
 get the same evidence, with or without the spans a decoder reports as copied.
 
-Run: HF_HUB_OFFLINE=1 .venv/bin/python -m pytest tests/specrag/test_evidence_modes.py -q
+Run: HF_HUB_OFFLINE=1 .venv/bin/python -m pytest tests/grounded/test_evidence_modes.py -q
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import pytest
 from localrag.answer import Answerer
 from localrag.config import GenerationConfig
 from localrag.evidence import CopiedSpan, EvidenceAligner, mark_citations
+from localrag.modes import AnswerRequest, get_mode
 
 pytestmark = pytest.mark.slow
 
@@ -47,14 +48,15 @@ def copied_runs(answer: str, chunks) -> list[CopiedSpan]:
 def test_plain_and_speedup_get_the_same_evidence_for_the_same_text(index, drafter):
     """Each mode hands the aligner its own chunks and (Speedup) the runs it copied; for one answer
     text the evidence is the same. The text is Plain's: Speedup is meant to write the same, but
-    whether it does is RASD's losslessness (tested in tests/spec), not the aligner's."""
+    whether it does is RASD's losslessness (tested in tests/rasd), not the aligner's."""
     aligner = EvidenceAligner(index.embedder)
     answerer = Answerer(drafter, index)
     n_copied = 0
     for question in QUESTIONS:
-        plain = answerer.ask(question, "plain", GEN, k=2)
-        speedup = answerer.ask(question, "rasd", GEN, k=2)
-        assert speedup.stats["generation"]["extra"]["mode"] == "rasd"
+        request = AnswerRequest(question, gen=GEN, k=2)
+        plain = get_mode("plain").answer(answerer, request)
+        speedup = get_mode("rasd").answer(answerer, request)
+        assert speedup.mode == "rasd" and speedup.stats.generation.decoder is not None
         assert [c.chunk_id for c in speedup.citations] == [c.chunk_id for c in plain.citations]
         text = plain.text
         from_plain = aligner.align(text, plain.citations, question=question)
@@ -70,7 +72,7 @@ def test_plain_and_speedup_get_the_same_evidence_for_the_same_text(index, drafte
 
 def test_evidence_of_a_real_answer_points_into_its_chunks(index, drafter):
     question = QUESTIONS[0]
-    result = Answerer(drafter, index).ask(question, "plain", GEN, k=3)
+    result = get_mode("plain").answer(Answerer(drafter, index), AnswerRequest(question, gen=GEN, k=3))
     ev = EvidenceAligner(index.embedder).align(result.text, result.citations, question=question)
     texts = {c.chunk_id: c for c in result.citations}
     assert ev.sentences and ev.seconds > 0
