@@ -1,279 +1,40 @@
-"""Sentence-level evidence: which sentences of an answer the retrieved chunks support, and where.
-
-UI-free and model-free: the aligner is given the answer text, the chunks the answer was written
-from (anything with ``chunk_id``, ``text`` and the file/page/line anchors of a search hit), and
-optionally the question, an embedder and a yes/no judge. Per sentence it returns the supporting
-spans (chunk id, character offsets in the chunk text, the chunk's page or lines), a support score
-in [0, 1] and, when unsupported, a short reason; per answer a content-weighted support score, the
-chunks cited in order of first use, the retrieved chunks that support nothing ("also searched"),
-and the seconds the alignment took.
-
-    aligner = EvidenceAligner(embedder=index.embedder)
-    evidence = aligner.align(answer_text, hits, question=question)
-    marked = mark_citations(answer_text, evidence)       # "... 4.2 metres. [1]", ("chunk-id",)
-
-Signals, per sentence, against the chunks chosen as its evidence (one chunk, or more when one does
-not cover it all: an answer that joins two passages):
-
-    exact     share of the sentence's tokens inside long matches copied from the chunk (greedy
-              longest match, left to right, over a suffix array of the chunk's tokens)
-    overlap   share of its content words whose stem occurs in the chunk
-    embedding cosine of the claim (question + sentence) to the evidence window (the chunk
-              sentences holding the matches), with the embedder given
-    context   share of the question's content words found in the window or the sentence itself:
-              a short answer copied from a passage about something else scores low
-    missing   numbers, names and dates of the sentence that the evidence does not contain; any such
-              word makes the sentence unsupported ('number "4.5" not in the sources')
-    judge     optional: the judge's P(yes) that the window supports the claim, while its time
-              stays within the budget
-
-The score is a logistic combination of the signals whose weights, and the thresholds, are fitted
-on a calibration split kept apart from the reported one (:class:`EvidenceConfig`).
-
-Copy provenance: a decoder that copied answer text from a chunk (RASD accepting retrieval tokens)
-can pass those spans as ``copied``. The exact-match signal finds every copied run by itself, so the
-evidence does not depend on them (the same answer text gets the same evidence in every mode); they
-are checked against the alignment and the check is counted in the stats.
-"""
+"""The evidence aligner: one function per phase of aligning one sentence (see the package docstring)."""
 
 from __future__ import annotations
 
 import bisect
 import hashlib
 import math
-import re
 import time
-import unicodedata
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
-from typing import Protocol
 
 import numpy as np
-import Stemmer
 
+from localrag.evidence.records import (
+    AlignmentStats,
+    AnswerEvidence,
+    CopiedSpan,
+    Embedder,
+    EvidenceChunk,
+    EvidenceConfig,
+    EvidenceSpan,
+    Judge,
+    MarkedAnswer,
+    SentenceEvidence,
+    Signals,
+)
+from localrag.evidence.text import (
+    Token,
+    Tokenizer,
+    entity_words,
+    is_content,
+    split_sentences,
+    stem,
+    word_tokens,
+)
 from localrag.rasd.retrieval import SuffixIndex
-
-
-# ------------------------------------------------------------------ inputs
-class EvidenceChunk(Protocol):
-    """What the aligner reads of a chunk: the fields of ``localrag.results.ChunkLike`` without its
-    methods, so a search ``Hit`` and an answer's ``Citation`` both fit."""
-
-    @property
-    def chunk_id(self) -> str: ...
-    @property
-    def text(self) -> str: ...
-    @property
-    def file(self) -> str: ...
-    @property
-    def page(self) -> int | None: ...
-    @property
-    def line_start(self) -> int | None: ...
-    @property
-    def line_end(self) -> int | None: ...
-
-
-class Embedder(Protocol):
-    def embed(self, texts: list[str]) -> np.ndarray:
-        """Unit vectors, one row per text."""
-
-
-Judge = Callable[[str, str], float]  # (claim, evidence text) -> P(the evidence supports the claim)
-
-
-@dataclass(frozen=True)
-class Token:
-    text: str  # as written
-    norm: str  # NFKC + casefold; numbers without thousands separators
-    start: int
-    end: int
-
-
-Tokenizer = Callable[[str], list[Token]]
-
-
-@dataclass(frozen=True)
-class CopiedSpan:
-    """Answer characters [answer_start, answer_end) were copied from chunk_id's text [start, end)."""
-
-    answer_start: int
-    answer_end: int
-    chunk_id: str
-    start: int
-    end: int
-
-
-# ------------------------------------------------------------------ outputs
-@dataclass(frozen=True)
-class EvidenceSpan:
-    """A supporting passage: characters [start, end) of the chunk's text, and where the chunk is."""
-
-    chunk_id: str
-    start: int
-    end: int
-    file: str
-    page: int | None
-    line_start: int | None
-    line_end: int | None
-
-
-@dataclass(frozen=True)
-class Signals:
-    exact: float
-    overlap: float
-    embedding: float | None
-    missing: tuple[str, ...]
-    judge: float | None = None
-
-
-@dataclass(frozen=True)
-class SentenceEvidence:
-    text: str
-    start: int  # character offsets in the answer
-    end: int
-    spans: tuple[EvidenceSpan, ...]
-    score: float
-    supported: bool
-    reason: str  # why not supported ('' when supported)
-    signals: Signals
-
-
-@dataclass(frozen=True)
-class AlignmentStats:
-    seconds: float
-    judged: int = 0  # sentences the judge scored
-    judge_seconds: float = 0.0
-    copied_given: int = 0  # provenance spans passed in
-    copied_confirmed: int = 0  # ... that the alignment found as exact matches of the same chunk text
-
-
-@dataclass(frozen=True)
-class AnswerEvidence:
-    """Equality compares the evidence only (not the timing and provenance stats)."""
-
-    sentences: tuple[SentenceEvidence, ...]
-    score: float  # the answer's support: ``support`` adjusted by how well the evidence meets the question
-    supported: bool  # score >= the refusal threshold
-    cited: tuple[str, ...]  # chunk ids of supporting chunks, in order of first use
-    also_searched: tuple[str, ...]  # retrieved chunks that support no sentence
-    support: float = 0.0  # content-weighted mean of the sentence scores
-    context: float = 1.0  # share of the question's content words in the answer or its evidence
-    novel: float = 0.0  # share of the answer's new content words (not in the question) found in its evidence
-    unmatched: tuple[str, ...] = ()  # numbers and names of the question the evidence does not contain
-    relevance: float | None = None  # highest cosine of the question to an evidence window (with an embedder)
-    stats: AlignmentStats = field(compare=False, default=AlignmentStats(0.0))
-
-    @property
-    def seconds(self) -> float:
-        return self.stats.seconds
-
-
-@dataclass(frozen=True)
-class MarkedAnswer:
-    text: str  # the answer with [n] after each supported sentence
-    numbering: tuple[str, ...]  # chunk id of marker n at index n - 1
-
-
-@dataclass(frozen=True)
-class EvidenceConfig:
-    """Constants of the aligner. The weights, the bias and the thresholds are calibrated by
-
-        python -m localrag bench grounding --suite squad --split calibration --n 300 --calibrate
-
-    on the calibration half of SQuAD v2 dev (questions split by a hash of their paragraph, see
-    ``localrag.bench.grounding_data``), never on the reported half: a logistic regression of
-    "the answer contains a gold answer" (F1 >= 0.5 had 3 positives in 300) on the answer-level
-    signals, each weight kept to its sign (more evidence never lowers the support; overlap came
-    out 0 beside the exact and embedding signals), and the refusal threshold as the highest that
-    refused at most 15% of the answerable questions there. With the bundled SmolLM2-135M the signals separate right from wrong answers
-    only moderately, so the weights are small and the threshold low (see the README's figures).
-    ``sentence_threshold`` is the same threshold applied to one sentence."""
-
-    weight_exact: float = 0.4087
-    weight_overlap: float = 0.0000
-    weight_embedding: float = 1.1536
-    weight_missing: float = -0.2654
-    weight_context: float = 0.3694  # answer level: logit moves by weight * (context - 1)
-    weight_unmatched: float = -0.1823  # answer level: a number or name of the question not in the evidence
-    weight_novel: float = 1.2420  # answer level: logit moves by weight * (novel - 1)
-    weight_relevance: float = 1.2594  # answer level: logit moves by weight * (relevance - 1)
-    relevance_default: float = 0.5  # stands in for the relevance signal when no embedder is given
-    weight_judge: float = 0.0  # the judge is off by default: see the README (AUROC 0.52, ~1 s per answer)
-    judge_center: float = 0.0  # the judge's logit is centred on this
-    embedding_default: float = 0.5  # stands in for the embedding signal when no embedder is given
-    bias: float = -1.6072
-    sentence_threshold: float = 0.0326  # a sentence scoring below this is unsupported
-    refusal_threshold: float = 0.0326  # an answer scoring below this is not supported by the documents
-    phrase_tokens: int = 3  # an exact match counts when at least this long (or the whole sentence)
-    min_overlap: float = 0.3  # a chunk without such a match is evidence only if it has this share of the words
-    max_chunks: int = 3  # chunks one sentence may cite
-    judge_budget_s: float = 0.2  # per answer; the judge is skipped once its time exceeds this
-
-
-# ------------------------------------------------------------------ text
-_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
-_TOKEN = re.compile(rf"\d+(?:[.,:/]\d+)*(?:st|nd|rd|th|s)?|[{_CJK}]|(?:(?![{_CJK}])[^\W\d_])+")
-_SENTENCE_BREAK = re.compile(r"(?<=[.!?])\s+|(?<=[。！？])\s*|\s*\n\s*")
-_ABBREVIATION = re.compile(r"(?:\b\w|e\.g|i\.e|etc|mr|mrs|ms|dr|st|vs|no|fig|vol)\.$", re.IGNORECASE)
-_THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}\b)")
-_SMALL_NUMBERS = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
-                  "fifteen sixteen seventeen eighteen nineteen twenty")
-NUMBER_WORDS = {w: str(i) for i, w in enumerate(_SMALL_NUMBERS.split())}
-NUMBER_WORDS.update(thirty="30", forty="40", fifty="50", sixty="60", seventy="70", eighty="80", ninety="90",
-                    hundred="100", thousand="1000", million="1000000", billion="1000000000")
-_STOPWORD_TEXT = """a about above after again against all also am an and any are as at be because been before
-being below between both but by can could did do does doing down during each few for from further had has have
-having he her here hers herself him himself his how i if in into is it its itself just me more most my myself
-no nor not of off on once only or other our ours ourselves out over own same she should so some such than that
-the their theirs them themselves then there these they this those through to too under until up very was we
-were what when where which while who whom why will with would you your yours yourself yourselves s t don
-isn wasn aren weren doesn didn won"""
-STOPWORDS = frozenset(_STOPWORD_TEXT.split())
-
-_stemmer = Stemmer.Stemmer("english")
-
-
-def word_tokens(text: str) -> list[Token]:
-    """Words and numbers with character offsets (punctuation dropped); CJK characters one by one."""
-    out = []
-    for m in _TOKEN.finditer(text):
-        raw = m.group()
-        norm = _THOUSANDS.sub("", unicodedata.normalize("NFKC", raw).casefold())
-        out.append(Token(raw, NUMBER_WORDS.get(norm, norm), m.start(), m.end()))
-    return out
-
-
-@lru_cache(maxsize=65536)
-def stem(norm: str) -> str:
-    return _stemmer.stemWord(norm)
-
-
-def is_content(tok: Token) -> bool:
-    return tok.norm not in STOPWORDS and (len(tok.norm) > 1 or not tok.norm.isascii())
-
-
-def split_sentences(text: str, line_breaks: bool = True) -> list[tuple[int, int]]:
-    """(start, end) of each sentence; abbreviations do not end one. A line break ends one when
-    ``line_breaks`` (answers: list items), else only a blank line does (documents wrap lines)."""
-    spans, start = [], 0
-    for m in _SENTENCE_BREAK.finditer(text):
-        brk = m.group().count("\n")
-        if (not brk and _ABBREVIATION.search(text[max(start, m.start() - 6):m.start()])) or (
-                brk == 1 and not line_breaks and text[m.start() - 1:m.start()] not in ".!?。！？"):
-            continue
-        spans.append((start, m.start()))
-        start = m.end()
-    spans.append((start, len(text)))
-    trimmed = [(a + len(text[a:b]) - len(text[a:b].lstrip()), a + len(text[a:b].rstrip())) for a, b in spans]
-    return [(a, b) for a, b in trimmed if a < b]
-
-
-def entity_words(tokens: Sequence[Token]) -> list[Token]:
-    """Numbers (digits or number words), and names or dates: capitalised words past the first."""
-    return [t for i, t in enumerate(tokens)
-            if t.norm[0].isdigit() or (i > 0 and t.text[0].isupper() and t.norm not in STOPWORDS)]
 
 
 def _sigmoid(z: float) -> float:
