@@ -175,6 +175,8 @@ def summarize(rows: list[GroundingRow]) -> dict:
             "auroc_f1": by_f1,
             "auroc_contained": _auroc_entry(answered, lambda r: r.contained),
             "auroc_all_answers": _auroc_entry([r for r in rows if not r.model_refused], lambda r: r.correct),
+            # how well the score tells answerable questions from unanswerable ones (what refusal needs)
+            "auroc_answerable": _auroc_entry([r for r in rows if not r.model_refused], lambda r: r.answerable),
             "correct": len(correct), "cited_spans_on_correct": spans,
             "correct_with_citation": sum(r.cited_spans > 0 for r in correct),
             "f1_mean": round(100 * float(np.mean([r.f1 for r in answerable])), 2) if answerable else None,
