@@ -1,0 +1,399 @@
+"""``bench grounding``: how well the evidence aligner's support score tells right answers from wrong
+ones, whether its citations point at the gold evidence, and what honest refusal costs.
+
+    python -m localrag bench grounding --suite squad --n 200 [--mode plain|rasd|grounded] [--json]
+    python -m localrag bench grounding --suite hotpotqa --n 100
+    python -m localrag bench grounding --data my.jsonl --n 50     # bench qa's format, + "gold_doc"
+    python -m localrag bench grounding --suite squad --split calibration --n 300 --calibrate
+
+Questions come from the *report* half of the data by default, which the evidence constants were
+never fitted on (:mod:`localrag.bench.grounding_data`). Each question is answered through the answer
+layer with ``bench qa``'s instructions and retrieval (one collection of every sampled question's
+documents), then its answer is aligned to the chunks it was given, in the same process.
+
+Reported (JSON top level):
+
+    auroc               AUROC of the answer's support score against correctness (token F1 >= 0.5
+                        against the gold, SQuAD normalisation), over answered answerable questions
+    citation_precision  share of cited spans, on correct answers, that overlap the gold evidence
+                        (SQuAD: the question's paragraph; HotpotQA: a supporting-fact sentence)
+    refusal_accuracy    share of unanswerable questions refused (the model declined, or the answer's
+                        support was below the refusal threshold)
+    false_refusal_rate  share of answerable questions refused
+    overhead            alignment seconds / answer seconds, summed over the questions
+
+Also: the AUROC against "the answer contains a gold answer" (the correctness the Speculative RAG
+paper uses), and against correctness over every answered question (unanswerable ones counting as
+wrong), each with a bootstrap 95% interval, and the sizes behind every figure.
+
+``--calibrate`` fits the aligner's weights (logistic regression of correctness on the signals) and
+the refusal threshold on the questions run, and prints them as an ``EvidenceConfig``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import numpy as np
+from scipy.optimize import minimize
+
+from localrag.answer import Answerer
+from localrag.bench.grounding_data import (
+    SPLITS,
+    AnswerCache,
+    AnsweredQuestion,
+    GroundingRecord,
+    answer_question,
+    load_records,
+)
+from localrag.bench.qa import MEMBERS, QA_INSTRUCTIONS, build_index, normalize, score_answer
+from localrag.config import GenerationConfig, GroundedConfig, ModelConfig
+from localrag.engine import Engine
+from localrag.evidence import AnswerEvidence, EvidenceAligner, EvidenceConfig
+from localrag.grounded import load_verifier
+from localrag.grounded.scoring import short_answer
+from localrag.modes import get_mode, mode_names
+
+MAX_REFUSALS_OF_ANSWERABLE = 0.15  # the refusal threshold is the highest that stays within this
+
+
+@dataclass
+class GroundingRow:
+    """One question: the answer, its correctness, the evidence signals and the citation check."""
+
+    question: str
+    gold: list[str]
+    answer: str
+    prediction: str  # the answer phrase scored against the gold (bench qa's reduction)
+    answerable: bool
+    f1: float
+    contained: bool
+    model_refused: bool
+    score: float
+    support: float
+    refused: bool
+    features: dict
+    cited_spans: int
+    cited_on_gold: int
+    align_s: float
+    answer_s: float
+    cached: bool
+
+    @property
+    def correct(self) -> bool:
+        return self.answerable and self.f1 >= 0.5
+
+
+# ------------------------------------------------------------------ citations against the gold
+def _collapse(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _collapsed_offset(text: str, offset: int) -> int:
+    """Where character ``offset`` of ``text`` lands once whitespace runs are collapsed."""
+    head = text[:offset]
+    return len(" ".join(head.split())) + (1 if head and head[-1].isspace() and head.strip() else 0)
+
+
+def cited_on_gold(evidence: AnswerEvidence, hits: list, rec: GroundingRecord, docs: list[str]) -> tuple[int, int]:
+    """(cited spans, of those overlapping the gold evidence). A chunk's file is ``docNNNNN.txt`` of
+    ``docs`` (how ``build_index`` writes them); positions are compared with whitespace collapsed."""
+    texts = {h.chunk_id: (h.text, h.file) for h in hits}
+    gold = []
+    for g in rec.gold:
+        doc = _collapse(rec.qa.docs[g.doc])
+        at = doc.find(_collapse(g.text))
+        if at >= 0:
+            gold.append((docs.index(rec.qa.docs[g.doc]), at, at + len(_collapse(g.text))))
+    spans = [sp for s in evidence.sentences if s.supported for sp in s.spans]
+    hits_on_gold = 0
+    for sp in spans:
+        text, file = texts[sp.chunk_id]
+        doc_i = int(Path(file).stem.removeprefix("doc"))
+        doc = _collapse(docs[doc_i])
+        base = doc.find(_collapse(text))
+        if base < 0:
+            continue
+        a, b = base + _collapsed_offset(text, sp.start), base + _collapsed_offset(text, sp.end)
+        hits_on_gold += any(gi == doc_i and a < gb and ga < b for gi, ga, gb in gold)
+    return len(spans), hits_on_gold
+
+
+# ------------------------------------------------------------------ metrics
+def auroc(scores: list[float], labels: list[bool]) -> float | None:
+    """Probability that a random positive outscores a random negative (ties count half)."""
+    pos = np.array([s for s, y in zip(scores, labels, strict=True) if y])
+    neg = np.array([s for s, y in zip(scores, labels, strict=True) if not y])
+    if not len(pos) or not len(neg):
+        return None
+    greater = (pos[:, None] > neg[None, :]).sum() + 0.5 * (pos[:, None] == neg[None, :]).sum()
+    return float(greater / (len(pos) * len(neg)))
+
+
+def auroc_interval(scores: list[float], labels: list[bool], rounds: int = 1000, seed: int = 0) -> list | None:
+    """Bootstrap 95% interval of the AUROC (resampling questions)."""
+    rng = np.random.default_rng(seed)
+    n = len(scores)
+    vals = []
+    for _ in range(rounds):
+        idx = rng.integers(0, n, n)
+        v = auroc([scores[i] for i in idx], [labels[i] for i in idx])
+        if v is not None:
+            vals.append(v)
+    return [round(float(np.percentile(vals, 2.5)), 3), round(float(np.percentile(vals, 97.5)), 3)] if vals else None
+
+
+def _auroc_entry(rows: list[GroundingRow], label) -> dict:
+    scores, labels = [r.score for r in rows], [bool(label(r)) for r in rows]
+    value = auroc(scores, labels)
+    return {"auroc": None if value is None else round(value, 3), "ci95": auroc_interval(scores, labels),
+            "positives": sum(labels), "negatives": len(labels) - sum(labels)}
+
+
+def summarize(rows: list[GroundingRow]) -> dict:
+    answerable = [r for r in rows if r.answerable]
+    unanswerable = [r for r in rows if not r.answerable]
+    answered = [r for r in answerable if not r.model_refused]
+    correct = [r for r in rows if r.correct]
+    spans = sum(r.cited_spans for r in correct)
+    fresh = [r for r in rows if not r.cached]
+    by_f1 = _auroc_entry(answered, lambda r: r.correct)
+    return {
+        "auroc": by_f1["auroc"],
+        "citation_precision": round(sum(r.cited_on_gold for r in correct) / spans, 3) if spans else None,
+        "refusal_accuracy": round(float(np.mean([r.refused for r in unanswerable])), 3) if unanswerable else None,
+        "false_refusal_rate": round(float(np.mean([r.refused for r in answerable])), 3) if answerable else None,
+        "overhead": round(sum(r.align_s for r in fresh) / sum(r.answer_s for r in fresh), 4) if fresh else None,
+        "details": {
+            "questions": len(rows), "answerable": len(answerable), "unanswerable": len(unanswerable),
+            "model_refused": sum(r.model_refused for r in rows),
+            "auroc_f1": by_f1,
+            "auroc_contained": _auroc_entry(answered, lambda r: r.contained),
+            "auroc_all_answers": _auroc_entry([r for r in rows if not r.model_refused], lambda r: r.correct),
+            # how well the score tells answerable questions from unanswerable ones (what refusal needs)
+            "auroc_answerable": _auroc_entry([r for r in rows if not r.model_refused], lambda r: r.answerable),
+            "correct": len(correct), "cited_spans_on_correct": spans,
+            "correct_with_citation": sum(r.cited_spans > 0 for r in correct),
+            "f1_mean": round(100 * float(np.mean([r.f1 for r in answerable])), 2) if answerable else None,
+            "align_ms_median": round(1000 * float(np.median([r.align_s for r in rows])), 2) if rows else None,
+            "answer_s_median": round(float(np.median([r.answer_s for r in rows])), 3) if rows else None,
+            "overhead_from_fresh_answers": len(fresh),
+        },
+    }
+
+
+# ------------------------------------------------------------------ calibration
+FEATURES = ("exact", "overlap", "embedding", "missing", "context", "unmatched", "novel", "relevance")
+SIGNS = (1, 1, 1, -1, 1, -1, 1, 1)  # the direction each signal may move the support: fitted weights keep it
+
+
+def features_of(evidence: AnswerEvidence) -> dict:
+    """The answer-level signals the calibration fits: content-weighted means over sentences."""
+    s = evidence.sentences
+    if not s:
+        return dict.fromkeys(FEATURES, 0.0)
+    w = np.array([max(1.0, len(x.text.split())) for x in s])
+
+    def mean(values) -> float:
+        return float(np.average(np.asarray(values, dtype=float), weights=w))
+
+    return {"exact": mean([x.signals.exact for x in s]), "overlap": mean([x.signals.overlap for x in s]),
+            "embedding": mean([x.signals.embedding if x.signals.embedding is not None else 0.0 for x in s]),
+            "missing": mean([bool(x.signals.missing) for x in s]), "context": evidence.context,
+            "unmatched": float(bool(evidence.unmatched)), "novel": evidence.novel,
+            "relevance": evidence.relevance if evidence.relevance is not None else 0.0,
+            "found": mean([bool(x.spans) for x in s])}
+
+
+def fit_weights(rows: list[GroundingRow], base: EvidenceConfig, label: str = "contained") -> EvidenceConfig:
+    """Logistic regression of the label on the answer-level signals of answered questions
+    (unanswerable ones count as wrong)."""
+    fit = [r for r in rows if not r.model_refused and r.score > 0]  # a score of 0 is the rule: nothing found
+    x = np.array([[r.features[f] for f in FEATURES] for r in fit])
+    y = np.array([(r.contained if label == "contained" else r.correct) and r.answerable for r in fit], dtype=float)
+    coef, intercept = signed_logistic(x, y, SIGNS)
+    w = dict(zip(FEATURES, coef.tolist(), strict=True))
+    # The sentence logit holds everything but the answer-level terms, which enter as (x - 1):
+    bias = intercept + w["context"] + w["novel"] + w["relevance"]
+    return replace(base, weight_exact=w["exact"], weight_overlap=w["overlap"], weight_embedding=w["embedding"],
+                   weight_missing=w["missing"], weight_context=w["context"], weight_unmatched=w["unmatched"],
+                   weight_novel=w["novel"], weight_relevance=w["relevance"], bias=bias)
+
+
+def signed_logistic(x: np.ndarray, y: np.ndarray, signs: tuple[int, ...], l2: float = 1.0) -> tuple[np.ndarray, float]:
+    """Logistic regression (L2 penalty l2/2 |w|^2 on the summed log-loss, as scikit-learn's C=1/l2)
+    whose weights keep the given signs: more evidence never lowers the support."""
+    n, k = x.shape
+
+    def loss(wb):
+        z = x @ wb[:k] + wb[k]
+        p = 1.0 / (1.0 + np.exp(-z))
+        value = np.sum(np.logaddexp(0.0, z) - y * z) + 0.5 * l2 * wb[:k] @ wb[:k]
+        grad = np.append(x.T @ (p - y) + l2 * wb[:k], np.sum(p - y))
+        return value, grad
+
+    bounds = [(0.0, None) if s > 0 else (None, 0.0) for s in signs] + [(None, None)]
+    res = minimize(loss, np.zeros(k + 1), jac=True, bounds=bounds, method="L-BFGS-B")
+    return res.x[:k], float(res.x[k])
+
+
+def fit_refusal_threshold(rows: list[GroundingRow]) -> float:
+    """The highest threshold that refuses (with the model's own refusals) at most
+    MAX_REFUSALS_OF_ANSWERABLE of the answerable questions."""
+    answerable = [r for r in rows if r.answerable]
+    best = 0.0
+    for t in sorted({r.score for r in rows}):
+        if np.mean([r.model_refused or r.score < t for r in answerable]) <= MAX_REFUSALS_OF_ANSWERABLE:
+            best = t
+    return best
+
+
+# ------------------------------------------------------------------ runner
+@dataclass
+class Setup:
+    records: list[GroundingRecord]
+    docs: list[str]
+    answerer: Answerer
+    aligner: EvidenceAligner
+    model: str
+    collection_key: str
+
+
+def setup(suite: str | None, data: str | None, split: str, n: int | None, seed: int, mode: str,
+          model: str | None, verifier: str, config: EvidenceConfig) -> Setup:
+    records = load_records(suite, data, split, n, seed)
+    name = f"grounding-{Path(data).stem if data else suite}-{split}"
+    index, _, _ = build_index(name, [r.qa for r in records])
+    docs = list(dict.fromkeys(d for r in records for d in r.qa.docs))  # build_index's file order
+    base = ModelConfig(model=model) if model else ModelConfig()
+    engine = Engine.load(base)
+    grounded = GroundedConfig(verifier=verifier)
+    ver = load_verifier(grounded, base) if get_mode(mode).id == "grounded" else None
+    answerer = Answerer(engine, index, verifier=ver, grounded_config=grounded, instructions=QA_INSTRUCTIONS)
+    key = hashlib.sha1("\n\0".join(docs).encode()).hexdigest()[:12]
+    return Setup(records, docs, answerer, EvidenceAligner(index.embedder, config=config), engine.model_name, key)
+
+
+def run_question(s: Setup, rec: GroundingRecord, mode: str, k: int, gen: GenerationConfig,
+                 cache: AnswerCache) -> tuple[GroundingRow, AnsweredQuestion]:
+    """Answer (or re-use a cached answer), align it, and score both."""
+    key = cache.key(s.model, mode, QA_INSTRUCTIONS, rec.qa.question, k, gen.max_tokens, s.collection_key)
+    answered = cache.get(key)
+    cached = answered is not None
+    if answered is None:
+        answered = answer_question(s.answerer, rec.qa.question, mode, gen, k)
+        cache.put(key, answered)
+    return score_row(s, rec, answered, cached), answered
+
+
+def score_row(s: Setup, rec: GroundingRecord, answered: AnsweredQuestion, cached: bool) -> GroundingRow:
+    evidence = s.aligner.align(answered.text, answered.hits, question=rec.qa.question)
+    prediction = short_answer(answered.text)
+    answers = rec.qa.answers
+    f1 = score_answer(prediction, answers)["f1"] if answers else 0.0
+    contained = bool(answers) and any(normalize(a) and normalize(a) in normalize(answered.text) for a in answers)
+    spans, on_gold = cited_on_gold(evidence, answered.hits, rec, s.docs)
+    return GroundingRow(rec.qa.question, list(answers), answered.text, prediction, bool(answers), f1, contained,
+                        answered.refused, evidence.score, evidence.support,
+                        answered.refused or not evidence.supported, features_of(evidence), spans, on_gold,
+                        evidence.seconds, answered.seconds, cached)
+
+
+def run_grounding(suite: str | None, data: str | None, n: int | None, seed: int = 0, split: str = "report",
+                  mode: str = "plain", k: int = 5, model: str | None = None, verifier: str = "gemma3-270m",
+                  config: EvidenceConfig | None = None, cache: bool = False, progress=None,
+                  calibrate: bool = False, out: str | None = None) -> dict:
+    """Answer and align every sampled question; with ``calibrate``, fit the constants on them.
+    ``out``: the summary so far is rewritten there after every question."""
+    config = config or EvidenceConfig()
+    s = setup(suite, data, split, n, seed, mode, model, verifier, config)
+    gen = GenerationConfig(max_tokens=32)
+    store = AnswerCache(enabled=cache)
+    rows, answers = [], []
+    for i, rec in enumerate(s.records):
+        row, answered = run_question(s, rec, mode, k, gen, store)
+        rows.append(row)
+        answers.append(answered)
+        if progress:
+            progress(i + 1, len(s.records), row)
+        if out:
+            Path(out).write_text(json.dumps({"partial": i + 1, **summarize(rows)}, indent=2), encoding="utf-8")
+    result = {"suite": Path(data).stem if data else suite, "split": split, "seed": seed, "mode": mode, "k": k,
+              "model": s.model, **summarize(rows)}
+    if calibrate:
+        fitted = fit_weights(rows, config)
+        s.aligner = EvidenceAligner(s.aligner.embedder, config=fitted)
+        rescored = [score_row(s, rec, a, row.cached) for rec, a, row in zip(s.records, answers, rows, strict=True)]
+        fitted = replace(fitted, refusal_threshold=fit_refusal_threshold(rescored),
+                         sentence_threshold=fit_refusal_threshold(rescored))
+        s.aligner = EvidenceAligner(s.aligner.embedder, config=fitted)
+        rows = [score_row(s, rec, a, row.cached) for rec, a, row in zip(s.records, answers, rows, strict=True)]
+        result["calibrated"] = {"config": asdict(fitted), **summarize(rows)}
+    result["rows"] = [asdict(r) for r in rows]
+    return result
+
+
+# ------------------------------------------------------------------ command line
+def add_bench_cli(bench_subparsers) -> None:
+    p = bench_subparsers.add_parser("grounding", help="evidence alignment: support AUROC, citations, refusals")
+    p.add_argument("--suite", choices=sorted(MEMBERS), default="squad")
+    p.add_argument("--data", default=None, help='JSONL as bench qa --data, optionally with "gold_doc"')
+    p.add_argument("--n", type=int, default=200, help="questions (seeded sample of the split)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--split", choices=SPLITS, default="report",
+                   help="report: the half never used for calibration (default); calibration; all")
+    p.add_argument("--mode", choices=mode_names(), default="plain")
+    p.add_argument("--k", type=int, default=5, help="chunks per answer")
+    p.add_argument("--model", default=None)
+    p.add_argument("--verifier", default=GroundedConfig().verifier, help="Grounded mode's verifier")
+    p.add_argument("--cache", action="store_true", help="re-use answers cached by an earlier run (and cache new ones)")
+    p.add_argument("--calibrate", action="store_true", help="fit the evidence constants on these questions")
+    p.add_argument("--out", default=None, help="also write the full result (every question) to this JSON file")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_grounding)
+
+
+def cmd_grounding(args) -> int:
+    if args.calibrate and args.split == "report":
+        print("error: calibrate on --split calibration (the report half is kept apart)", file=sys.stderr)
+        return 2
+
+    def progress(i, total, row):
+        print(f"[{i}/{total}] score={row.score:.2f} f1={row.f1:.2f} refused={row.refused} "
+              f"{row.question[:50]!r} -> {row.answer[:50]!r}", file=sys.stderr)
+
+    t0 = time.perf_counter()
+    result = run_grounding(args.suite, args.data, args.n, args.seed, args.split, args.mode, args.k, args.model,
+                           args.verifier, cache=args.cache, progress=progress, calibrate=args.calibrate,
+                           out=args.out)
+    result["seconds"] = round(time.perf_counter() - t0, 1)
+    if args.out:
+        Path(args.out).write_text(json.dumps(result, indent=2), encoding="utf-8")
+    shown = {k: v for k, v in result.items() if k != "rows"}
+    if args.json:
+        print(json.dumps(shown, indent=2))
+        return 0
+    d = result["details"]
+    print(f"{result['suite']} ({result['split']} split, {d['questions']} questions: {d['answerable']} answerable, "
+          f"{d['unanswerable']} unanswerable), mode {result['mode']}, model {result['model']}")
+    print(f"AUROC (F1 >= 0.5)     {_f(result['auroc'])}  95% {d['auroc_f1']['ci95']}  "
+          f"({d['auroc_f1']['positives']} correct / {d['auroc_f1']['negatives']} wrong)")
+    print(f"AUROC (contains gold) {_f(d['auroc_contained']['auroc'])}  95% {d['auroc_contained']['ci95']}")
+    print(f"citation precision    {_f(result['citation_precision'])}  ({d['cited_spans_on_correct']} spans on "
+          f"{d['correct']} correct answers)")
+    print(f"refusals              {_f(result['refusal_accuracy'])} of unanswerable, "
+          f"{_f(result['false_refusal_rate'])} of answerable")
+    print(f"overhead              {_f(result['overhead'])} (alignment {d['align_ms_median']} ms median, "
+          f"answer {d['answer_s_median']} s median)")
+    if "calibrated" in result:
+        print(json.dumps(result["calibrated"]["config"], indent=2))
+    return 0
+
+
+def _f(x) -> str:
+    return "-" if x is None else f"{x:.3f}"

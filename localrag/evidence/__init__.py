@@ -1,0 +1,57 @@
+"""Sentence-level evidence: which sentences of an answer the retrieved chunks support, and where.
+
+UI-free and model-free: the aligner is given the answer text, the chunks the answer was written
+from (anything with ``chunk_id``, ``text`` and the file/page/line anchors of a search hit), and
+optionally the question, an embedder and a yes/no judge. Per sentence it returns the supporting
+spans (chunk id, character offsets in the chunk text, the chunk's page or lines), a support score
+in [0, 1] and, when unsupported, a short reason; per answer a content-weighted support score, the
+chunks cited in order of first use, the retrieved chunks that support nothing ("also searched"),
+and the seconds the alignment took.
+
+    aligner = EvidenceAligner(embedder=index.embedder)
+    evidence = aligner.align(answer_text, hits, question=question)
+    marked = mark_citations(answer_text, evidence)       # "... 4.2 metres. [1]", ("chunk-id",)
+
+Signals, per sentence, against the chunks chosen as its evidence (one chunk, or more when one does
+not cover it all: an answer that joins two passages):
+
+    exact     share of the sentence's tokens inside long matches copied from the chunk (greedy
+              longest match, left to right, over a suffix array of the chunk's tokens)
+    overlap   share of its content words whose stem occurs in the chunk
+    embedding cosine of the claim (question + sentence) to the evidence window (the chunk
+              sentences holding the matches), with the embedder given
+    context   share of the question's content words found in the window or the sentence itself:
+              a short answer copied from a passage about something else scores low
+    missing   numbers, names and dates of the sentence that the evidence does not contain; any such
+              word makes the sentence unsupported ('number "4.5" not in the sources')
+    judge     optional: the judge's P(yes) that the window supports the claim, while its time
+              stays within the budget
+
+The score is a logistic combination of the signals whose weights, and the thresholds, are fitted
+on a calibration split kept apart from the reported one (:class:`EvidenceConfig`).
+
+Copy provenance: a decoder that copied answer text from a chunk (RASD accepting retrieval tokens)
+can pass those spans as ``copied``. The exact-match signal finds every copied run by itself, so the
+evidence does not depend on them (the same answer text gets the same evidence in every mode); they
+are checked against the alignment and the check is counted in the stats.
+"""
+
+from localrag.evidence.align import EvidenceAligner, VerifierJudge, mark_citations
+from localrag.evidence.records import (
+    AlignmentStats,
+    AnswerEvidence,
+    CopiedSpan,
+    Embedder,
+    EvidenceChunk,
+    EvidenceConfig,
+    EvidenceSpan,
+    Judge,
+    MarkedAnswer,
+    SentenceEvidence,
+    Signals,
+)
+from localrag.evidence.text import Token, Tokenizer, entity_words, split_sentences, stem, word_tokens
+
+__all__ = ["AlignmentStats", "AnswerEvidence", "CopiedSpan", "Embedder", "EvidenceAligner", "EvidenceChunk",
+           "EvidenceConfig", "EvidenceSpan", "Judge", "MarkedAnswer", "SentenceEvidence", "Signals", "Token",
+           "Tokenizer", "VerifierJudge", "entity_words", "mark_citations", "split_sentences", "stem", "word_tokens"]

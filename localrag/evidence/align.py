@@ -1,0 +1,409 @@
+"""The evidence aligner: one function per phase of aligning one sentence (see the package docstring)."""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import math
+import time
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from localrag.evidence.records import (
+    AlignmentStats,
+    AnswerEvidence,
+    CopiedSpan,
+    Embedder,
+    EvidenceChunk,
+    EvidenceConfig,
+    EvidenceSpan,
+    Judge,
+    MarkedAnswer,
+    SentenceEvidence,
+    Signals,
+)
+from localrag.evidence.text import (
+    Token,
+    Tokenizer,
+    entity_words,
+    is_content,
+    split_sentences,
+    stem,
+    word_tokens,
+)
+from localrag.rasd.retrieval import SuffixIndex
+
+
+def _sigmoid(z: float) -> float:
+    return 1.0 / (1.0 + math.exp(-z)) if z > -50 else 0.0
+
+
+# ------------------------------------------------------------------ chunks, prepared once
+@dataclass
+class _PreparedChunk:
+    """A chunk's tokens, their ids in the aligner's vocabulary, a suffix array over them, its stems
+    and sentences (cached by text: a chat keeps retrieving the same chunks)."""
+
+    tokens: list[Token]
+    ids: list[int]
+    index: SuffixIndex
+    stems: frozenset[str]
+    norms: frozenset[str]
+    sentences: list[tuple[int, int]]  # character spans
+    sentence_of: list[int]  # token -> its sentence
+    sentence_stems: list[frozenset[str]]
+
+
+@dataclass(frozen=True)
+class _Segment:
+    """Sentence tokens [i, i + length) copied from chunk tokens [pos, pos + length)."""
+
+    i: int
+    length: int
+    pos: int
+
+
+@dataclass
+class _Candidate:
+    """One chunk as evidence for one sentence."""
+
+    chunk: int  # index into the chunks given
+    segments: list[_Segment]  # exact matches long enough to count
+    exact: set[int]  # sentence token indices inside those matches
+    supported: set[int]  # content token indices found in the chunk (stem or exact)
+    window: list[int] = field(default_factory=list)  # chunk sentences holding the evidence
+    context: float = 0.0
+    rank: float = 0.0
+
+
+@dataclass
+class _Found:
+    """A sentence's evidence before the model-based signals (embedding, judge) and the score."""
+
+    text: str
+    start: int
+    end: int
+    tokens: list[Token]
+    spans: tuple[EvidenceSpan, ...]
+    window: list[tuple[int, int]]  # (chunk, chunk sentence) holding the best chunk's evidence
+    window_text: str  # what the embedding and the judge compare the claim with
+    exact: float
+    overlap: float
+    missing: tuple[str, ...]
+    n_content: int
+    n_novel: int  # content words the question does not already have
+    n_novel_supported: int
+    matched: tuple[tuple[int, int], ...]  # answer characters inside the exact matches
+
+
+class EvidenceAligner:
+    """Aligns answers to chunks; see the module docstring. Keeps a small cache of prepared chunks,
+    so one aligner should serve a session (not thread-safe)."""
+
+    def __init__(self, embedder: Embedder | None = None, tokenize: Tokenizer = word_tokens,
+                 judge: Judge | None = None, config: EvidenceConfig | None = None, cache_size: int = 256):
+        self.embedder = embedder
+        self.tokenize = tokenize
+        self.judge = judge
+        self.config = config or EvidenceConfig()
+        self._vocab: dict[str, int] = {}
+        self._prepared: OrderedDict[str, _PreparedChunk] = OrderedDict()
+        self._cache_size = cache_size
+
+    # ---------------------------------------------------------------- preparing
+    def _ids(self, tokens: Sequence[Token], add: bool) -> list[int]:
+        """Vocabulary ids; an unknown word of an answer gets -1 (it occurs in no chunk)."""
+        if add:
+            return [self._vocab.setdefault(t.norm, len(self._vocab)) for t in tokens]
+        return [self._vocab.get(t.norm, -1) for t in tokens]
+
+    def _prepare(self, text: str) -> _PreparedChunk:
+        key = hashlib.sha1(text.encode("utf-8")).hexdigest()
+        hit = self._prepared.get(key)
+        if hit is not None:
+            self._prepared.move_to_end(key)
+            return hit
+        tokens = self.tokenize(text)
+        ids = self._ids(tokens, add=True)
+        sentences = split_sentences(text, line_breaks=False)
+        ends = [b for _, b in sentences]
+        sentence_of = [min(bisect.bisect_right(ends, t.start), len(sentences) - 1) for t in tokens]
+        sentence_stems: list[set[str]] = [set() for _ in sentences]
+        for t, k in zip(tokens, sentence_of, strict=True):
+            sentence_stems[k].add(stem(t.norm))
+        prepared = _PreparedChunk(tokens, ids, SuffixIndex(ids), frozenset(stem(t.norm) for t in tokens),
+                                  frozenset(t.norm for t in tokens), sentences, sentence_of,
+                                  [frozenset(x) for x in sentence_stems])
+        self._prepared[key] = prepared
+        while len(self._prepared) > self._cache_size:
+            self._prepared.popitem(last=False)
+        return prepared
+
+    # ---------------------------------------------------------------- aligning
+    def align(self, answer: str, chunks: Sequence[EvidenceChunk], question: str = "",
+              copied: Sequence[CopiedSpan] = ()) -> AnswerEvidence:
+        """The evidence of every sentence of ``answer`` in ``chunks`` (see the module docstring)."""
+        t0 = time.perf_counter()
+        prepared = [self._prepare(c.text) for c in chunks]
+        question_tokens = self.tokenize(question)
+        question_stems = {stem(t.norm) for t in question_tokens if is_content(t)}
+        found = [self._sentence(answer, a, b, chunks, prepared, question_stems) for a, b in split_sentences(answer)]
+        embeddings, relevance = self._embedding_signal(question, found)
+        judged, judge_seconds = self._judge_signal(question, found)
+        sentences = tuple(self._finish(f, emb, jd) for f, emb, jd in zip(found, embeddings, judged, strict=True))
+        cited = tuple(dict.fromkeys(sp.chunk_id for s in sentences if s.supported for sp in s.spans))
+        also = tuple(dict.fromkeys(c.chunk_id for c in chunks if c.chunk_id not in cited))
+        context, unmatched = _question_match(question_tokens, question_stems, found, prepared)
+        n_novel = sum(f.n_novel for f in found)
+        novel = sum(f.n_novel_supported for f in found) / n_novel if n_novel else 0.0
+        score, support = self._answer_score(found, sentences, context, unmatched, novel, relevance)
+        confirmed = sum(self._confirms(cp, answer, found, chunks) for cp in copied)
+        stats = AlignmentStats(time.perf_counter() - t0, sum(j is not None for j in judged), judge_seconds,
+                               len(copied), confirmed)
+        return AnswerEvidence(sentences, score, score >= self.config.refusal_threshold, cited, also,
+                              support, context, novel, unmatched, relevance, stats)
+
+    def _sentence(self, answer: str, a: int, b: int, chunks: Sequence[EvidenceChunk],
+                  prepared: list[_PreparedChunk], question_stems: set[str]) -> _Found:
+        """Choose the sentence's evidence chunks and spans, and its lexical signals."""
+        tokens = [Token(t.text, t.norm, t.start + a, t.end + a) for t in self.tokenize(answer[a:b])]
+        ids = self._ids(tokens, add=False)
+        content = [j for j, t in enumerate(tokens) if is_content(t)] or list(range(len(tokens)))
+        novel = {j for j in content if stem(tokens[j].norm) not in question_stems}
+        need = min(self.config.phrase_tokens, len(tokens))
+        candidates = []
+        for c, pc in enumerate(prepared):
+            segments = [s for s in _cover(tokens, ids, pc, question_stems) if s.length >= need]
+            exact = {j for s in segments for j in range(s.i, s.i + s.length)}
+            supported = {j for j in content if j in exact or stem(tokens[j].norm) in pc.stems}
+            cand = _Candidate(c, segments, exact, supported)
+            cand.window = _window(pc, cand, tokens, novel, question_stems)
+            relevance = len(question_stems.intersection(*(pc.sentence_stems[k] for k in cand.window))) if cand.window else 0
+            cand.rank = (len(supported) / len(content) + 0.5 * len(exact) / max(1, len(tokens))
+                         + 0.5 * relevance / max(1, len(question_stems)))
+            candidates.append(cand)
+        chosen = _choose([c for c in candidates if c.segments or len(c.supported) >= self.config.min_overlap * len(content)],
+                         content, self.config.max_chunks)
+        exact = set().union(*(c.exact for c in chosen))
+        supported = set().union(*(c.supported for c in chosen))
+        norms = set().union(*(prepared[c.chunk].norms for c in chosen))
+        missing = tuple(dict.fromkeys(t.text for t in entity_words(tokens) if t.norm not in norms))
+        window = [(c.chunk, k) for c in chosen[:1] for k in c.window]
+        return _Found(answer[a:b], a, b, tokens, _spans(chosen, chunks, prepared), window,
+                      " ".join(chunks[c].text[slice(*prepared[c].sentences[k])] for c, k in window),
+                      len(exact) / max(1, len(tokens)), len(supported) / len(content), missing,
+                      len(content) if tokens else 0, len(novel), len(novel & supported),
+                      tuple((tokens[s.i].start, tokens[s.i + s.length - 1].end) for c in chosen for s in c.segments))
+
+    def _embedding_signal(self, question: str, found: list[_Found]) -> tuple[list[float | None], float | None]:
+        """(cosine of each claim (question + sentence) to its evidence window, the highest cosine of
+        the question itself to a window), in one batch."""
+        todo = [k for k, f in enumerate(found) if f.window_text]
+        out: list[float | None] = [None] * len(found)
+        if self.embedder is None or not todo:
+            return out, None
+        claims = [_claim(question, found[k].text) for k in todo]
+        vecs = self.embedder.embed(claims + [found[k].window_text for k in todo] + [question.strip() or "?"])
+        windows = vecs[len(todo):2 * len(todo)]
+        for j, k in enumerate(todo):
+            out[k] = float(vecs[j] @ windows[j])
+        return out, float((windows @ vecs[-1]).max()) if question.strip() else None
+
+    def _judge_signal(self, question: str, found: list[_Found]) -> tuple[list[float | None], float]:
+        """The judge's P(yes) per sentence, in order, until its time exceeds the budget."""
+        out: list[float | None] = [None] * len(found)
+        spent = 0.0
+        if self.judge is None:
+            return out, spent
+        for k, f in enumerate(found):
+            if not f.window_text or spent > self.config.judge_budget_s:
+                continue
+            t = time.perf_counter()
+            out[k] = float(self.judge(_claim(question, f.text), f.window_text))
+            spent += time.perf_counter() - t
+        return out, spent
+
+    def _finish(self, f: _Found, embedding: float | None, judge: float | None) -> SentenceEvidence:
+        cfg = self.config
+        z = (cfg.bias + cfg.weight_exact * f.exact + cfg.weight_overlap * f.overlap
+             + cfg.weight_embedding * (cfg.embedding_default if embedding is None else embedding)
+             + cfg.weight_missing * bool(f.missing))
+        if judge is not None:
+            z += cfg.weight_judge * (_logit(judge) - cfg.judge_center)
+        score = _sigmoid(z) if f.spans else 0.0
+        if not f.spans:
+            reason = "not found in the sources"
+        elif f.missing:
+            word = f.missing[0]
+            reason = f'{"number" if word[0].isdigit() else "name"} "{word}" not in the sources'
+        elif score < cfg.sentence_threshold:
+            reason = "weak match with the sources"
+        else:
+            reason = ""
+        return SentenceEvidence(f.text, f.start, f.end, f.spans, score, not reason, reason,
+                                Signals(f.exact, f.overlap, embedding, f.missing, judge))
+
+    def _answer_score(self, found: list[_Found], sentences: Sequence[SentenceEvidence], context: float,
+                      unmatched: tuple[str, ...], novel: float, relevance: float | None) -> tuple[float, float]:
+        """(score, support): support is the content-weighted mean sentence score; the score moves
+        it, on the logit scale, by how well the evidence meets the question (its words, its numbers
+        and names) and holds what the answer adds to it."""
+        support = float(np.average([s.score for s in sentences], weights=[max(1, f.n_content) for f in found])
+                        ) if sentences else 0.0
+        if support == 0.0:
+            return 0.0, 0.0
+        cfg = self.config
+        z = (_logit(support) + cfg.weight_context * (context - 1.0) + cfg.weight_unmatched * bool(unmatched)
+             + cfg.weight_novel * (novel - 1.0)
+             + cfg.weight_relevance * ((cfg.relevance_default if relevance is None else relevance) - 1.0))
+        return _sigmoid(z), support
+
+    def _confirms(self, cp: CopiedSpan, answer: str, found: list[_Found], chunks: Sequence[EvidenceChunk]) -> bool:
+        """A copied span is confirmed when the chunk reads there what the answer reads, and every
+        word of it lies inside an exact match the alignment found."""
+        source = next((c.text for c in chunks if c.chunk_id == cp.chunk_id), None)
+        words = self.tokenize(answer[cp.answer_start:cp.answer_end])
+        if source is None or [t.norm for t in self.tokenize(source[cp.start:cp.end])] != [t.norm for t in words]:
+            return False
+        matched = [r for f in found for r in f.matched]
+        return all(any(a <= cp.answer_start + t.start and cp.answer_start + t.end <= b for a, b in matched)
+                   for t in words)
+
+
+# ------------------------------------------------------------------ phases of one sentence
+def _cover(tokens: list[Token], ids: list[int], chunk: _PreparedChunk, question_stems: set[str]) -> list[_Segment]:
+    """Greedy longest matches left to right: at each position, the longest run of the sentence
+    that occurs in the chunk (binary search on its length: a run occurs only if its prefixes do).
+    A run found several times is placed in the chunk sentence sharing most words with the question."""
+    segments, i, n = [], 0, len(ids)
+    while i < n:
+        if tokens[i].norm not in chunk.norms:
+            i += 1
+            continue
+        lo, hi = 1, n - i
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if chunk.index.count(ids[i:i + mid]):
+                lo = mid
+            else:
+                hi = mid - 1
+        places = chunk.index.find(ids[i:i + lo])
+        pos = max(places, key=lambda p: (len(question_stems & chunk.sentence_stems[chunk.sentence_of[p]]), -p))
+        segments.append(_Segment(i, lo, pos))
+        i += lo
+    return segments
+
+
+def _window(chunk: _PreparedChunk, cand: _Candidate, tokens: list[Token], novel: set[int],
+            question_stems: set[str]) -> list[int]:
+    """The chunk sentences holding the evidence of what the sentence adds to the question (its novel
+    words; all its words when none is found): those holding exact matches of them, else the chunk
+    sentence sharing most of their stems (then most of the question's)."""
+    held = (novel & cand.supported) or cand.supported
+    if not held:
+        return []
+    segments = [s for s in cand.segments if any(s.i <= j < s.i + s.length for j in held)]
+    if segments:
+        return sorted({chunk.sentence_of[s.pos + d] for s in segments for d in range(s.length)})
+    want = {stem(tokens[j].norm) for j in held}
+    best = max(range(len(chunk.sentences)),
+               key=lambda k: (len(want & chunk.sentence_stems[k]), len(question_stems & chunk.sentence_stems[k]), -k))
+    return [best]
+
+
+def _question_match(question_tokens: list[Token], question_stems: set[str], found: list[_Found],
+                    prepared: list[_PreparedChunk]) -> tuple[float, tuple[str, ...]]:
+    """(context, unmatched): the share of the question's content stems found in the answer or in
+    its evidence windows (a short answer copied from a passage about something else scores low), and
+    the question's numbers and names found neither in the answer nor in its evidence chunks."""
+    answer = [t for f in found for t in f.tokens]
+    windows = [(c, j) for f in found for c, k in f.window for j in (k - 1, k) if j >= 0]  # + the sentence before
+    have = {stem(t.norm) for t in answer}.union(*(prepared[c].sentence_stems[k] for c, k in windows))
+    context = len(question_stems & have) / len(question_stems) if question_stems else 1.0
+    norms = {t.norm for t in answer}.union(*(prepared[c].norms for c in {c for c, _ in windows}))
+    unmatched = tuple(dict.fromkeys(t.text for t in entity_words(question_tokens) if t.norm not in norms))
+    return context, unmatched
+
+
+def _choose(candidates: list[_Candidate], content: list[int], max_chunks: int) -> list[_Candidate]:
+    """The best chunk, then while content words stay uncovered, the chunk covering most of them."""
+    ranked = sorted((c for c in candidates if c.supported or c.exact), key=lambda c: (-c.rank, c.chunk))
+    if not ranked:
+        return []
+    chosen = [ranked[0]]
+    left = set(content) - ranked[0].supported
+    while left and len(chosen) < max_chunks:
+        best = max(ranked, key=lambda c: (len(c.supported & left), len(c.exact & left), -c.chunk))
+        if best in chosen or not best.supported & left:
+            break
+        chosen.append(best)
+        left -= best.supported
+    return chosen
+
+
+def _spans(chosen: list[_Candidate], chunks: Sequence[EvidenceChunk],
+           prepared: list[_PreparedChunk]) -> tuple[EvidenceSpan, ...]:
+    """Character spans of the chosen chunks' matches (a later chunk's only where it adds words);
+    a chunk chosen for its words alone (a paraphrase) gives its window sentence."""
+    spans: list[EvidenceSpan] = []
+    covered: set[int] = set()
+    for cand in chosen:
+        chunk, pc = chunks[cand.chunk], prepared[cand.chunk]
+        ranges = [(pc.tokens[s.pos].start, pc.tokens[s.pos + s.length - 1].end) for s in cand.segments
+                  if not set(range(s.i, s.i + s.length)) <= covered]
+        if not ranges:
+            ranges = [pc.sentences[k] for k in cand.window]
+        covered |= cand.exact | cand.supported
+        spans += [EvidenceSpan(chunk.chunk_id, x, y, chunk.file, chunk.page, chunk.line_start, chunk.line_end)
+                  for x, y in ranges]
+    return tuple(spans)
+
+
+def _claim(question: str, sentence: str) -> str:
+    return f"{question.strip()} {sentence.strip()}".strip()
+
+
+def _logit(p: float) -> float:
+    p = min(max(p, 1e-6), 1 - 1e-6)
+    return math.log(p / (1 - p))
+
+
+# ------------------------------------------------------------------ a judge from a language model
+class VerifierJudge:
+    """A :data:`Judge` from a causal LM backend (``tokenize``, ``reset``, ``prefill``): P("Yes")
+    against P("No") as the next token after a yes/no question on the passage and the claim."""
+
+    PROMPT = "Passage: {evidence}\nClaim: {claim}\nIs the claim supported by the passage? Answer Yes or No.\nAnswer:"
+
+    def __init__(self, backend, max_evidence_chars: int = 1200):
+        self.backend = backend
+        self.max_evidence_chars = max_evidence_chars
+        self.yes = backend.tokenize(" Yes", add_special=False)[0]
+        self.no = backend.tokenize(" No", add_special=False)[0]
+
+    def __call__(self, claim: str, evidence: str) -> float:
+        prompt = self.PROMPT.format(evidence=evidence[: self.max_evidence_chars], claim=claim)
+        self.backend.reset()
+        logits = self.backend.prefill(self.backend.tokenize(prompt, add_special=True))
+        yes, no = float(logits[self.yes]), float(logits[self.no])
+        self.backend.reset()
+        return _sigmoid(yes - no)
+
+
+# ------------------------------------------------------------------ citation markers
+def mark_citations(answer: str, evidence: AnswerEvidence) -> MarkedAnswer:
+    """The answer with ``[n]`` after every supported sentence, n numbering the cited chunks in
+    order of first use (``evidence.cited``)."""
+    number = {cid: k for k, cid in enumerate(evidence.cited, start=1)}
+    pieces, at = [], 0
+    for s in evidence.sentences:
+        if not s.supported:
+            continue
+        marks = "".join(f"[{number[c]}]" for c in dict.fromkeys(sp.chunk_id for sp in s.spans))
+        pieces += [answer[at:s.end], marks]
+        at = s.end
+    pieces.append(answer[at:])
+    return MarkedAnswer("".join(pieces), evidence.cited)

@@ -1,0 +1,89 @@
+"""Words, sentences, stems and the numbers and names of a text, for the evidence aligner."""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+import Stemmer
+
+
+@dataclass(frozen=True)
+class Token:
+    text: str  # as written
+    norm: str  # NFKC + casefold; numbers without thousands separators
+    start: int
+    end: int
+
+
+Tokenizer = Callable[[str], list[Token]]
+
+
+Tokenizer = Callable[[str], list[Token]]
+
+
+# ------------------------------------------------------------------ text
+_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
+_TOKEN = re.compile(rf"\d+(?:[.,:/]\d+)*(?:st|nd|rd|th|s)?|[{_CJK}]|(?:(?![{_CJK}])[^\W\d_])+")
+_SENTENCE_BREAK = re.compile(r"(?<=[.!?])\s+|(?<=[。！？])\s*|\s*\n\s*")
+_ABBREVIATION = re.compile(r"(?:\b\w|e\.g|i\.e|etc|mr|mrs|ms|dr|st|vs|no|fig|vol)\.$", re.IGNORECASE)
+_THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}\b)")
+_SMALL_NUMBERS = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
+                  "fifteen sixteen seventeen eighteen nineteen twenty")
+NUMBER_WORDS = {w: str(i) for i, w in enumerate(_SMALL_NUMBERS.split())}
+NUMBER_WORDS.update(thirty="30", forty="40", fifty="50", sixty="60", seventy="70", eighty="80", ninety="90",
+                    hundred="100", thousand="1000", million="1000000", billion="1000000000")
+_STOPWORD_TEXT = """a about above after again against all also am an and any are as at be because been before
+being below between both but by can could did do does doing down during each few for from further had has have
+having he her here hers herself him himself his how i if in into is it its itself just me more most my myself
+no nor not of off on once only or other our ours ourselves out over own same she should so some such than that
+the their theirs them themselves then there these they this those through to too under until up very was we
+were what when where which while who whom why will with would you your yours yourself yourselves s t don
+isn wasn aren weren doesn didn won"""
+STOPWORDS = frozenset(_STOPWORD_TEXT.split())
+
+_stemmer = Stemmer.Stemmer("english")
+
+
+def word_tokens(text: str) -> list[Token]:
+    """Words and numbers with character offsets (punctuation dropped); CJK characters one by one."""
+    out = []
+    for m in _TOKEN.finditer(text):
+        raw = m.group()
+        norm = _THOUSANDS.sub("", unicodedata.normalize("NFKC", raw).casefold())
+        out.append(Token(raw, NUMBER_WORDS.get(norm, norm), m.start(), m.end()))
+    return out
+
+
+@lru_cache(maxsize=65536)
+def stem(norm: str) -> str:
+    return _stemmer.stemWord(norm)
+
+
+def is_content(tok: Token) -> bool:
+    return tok.norm not in STOPWORDS and (len(tok.norm) > 1 or not tok.norm.isascii())
+
+
+def split_sentences(text: str, line_breaks: bool = True) -> list[tuple[int, int]]:
+    """(start, end) of each sentence; abbreviations do not end one. A line break ends one when
+    ``line_breaks`` (answers: list items), else only a blank line does (documents wrap lines)."""
+    spans, start = [], 0
+    for m in _SENTENCE_BREAK.finditer(text):
+        brk = m.group().count("\n")
+        if (not brk and _ABBREVIATION.search(text[max(start, m.start() - 6):m.start()])) or (
+                brk == 1 and not line_breaks and text[m.start() - 1:m.start()] not in ".!?。！？"):
+            continue
+        spans.append((start, m.start()))
+        start = m.end()
+    spans.append((start, len(text)))
+    trimmed = [(a + len(text[a:b]) - len(text[a:b].lstrip()), a + len(text[a:b].rstrip())) for a, b in spans]
+    return [(a, b) for a, b in trimmed if a < b]
+
+
+def entity_words(tokens: Sequence[Token]) -> list[Token]:
+    """Numbers (digits or number words), and names or dates: capitalised words past the first."""
+    return [t for i, t in enumerate(tokens)
+            if t.norm[0].isdigit() or (i > 0 and t.text[0].isupper() and t.norm not in STOPWORDS)]

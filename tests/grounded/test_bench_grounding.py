@@ -1,0 +1,138 @@
+"""bench grounding: its metrics and bookkeeping on hand-made data, then one real run (bundled model,
+real index) on a small JSONL file.
+
+Run: HF_HUB_OFFLINE=1 .venv/bin/python -m pytest tests/grounded/test_bench_grounding.py -q
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+
+import pytest
+
+from localrag.bench.grounding import (
+    GroundingRow,
+    auroc,
+    cited_on_gold,
+    fit_refusal_threshold,
+    summarize,
+)
+from localrag.bench.grounding_data import (
+    GoldEvidence,
+    GroundingRecord,
+    jsonl_grounding,
+    load_records,
+    split_of,
+)
+from localrag.bench.qa import QARecord
+from localrag.evidence import EvidenceAligner
+
+
+def test_auroc_counts_ties_half_and_needs_both_classes():
+    assert auroc([0.9, 0.8, 0.1], [True, True, False]) == 1.0
+    assert auroc([0.1, 0.9], [True, False]) == 0.0
+    assert auroc([0.5, 0.5, 0.2], [True, False, False]) == 0.75
+    assert auroc([0.5, 0.7], [True, True]) is None
+
+
+@dataclass(frozen=True)
+class Hit:
+    chunk_id: str
+    text: str
+    file: str
+    page: int | None = None
+    line_start: int | None = 1
+    line_end: int | None = 1
+
+
+def test_citations_are_checked_against_the_gold_sentence():
+    docs = ["Ed Wood. Ed Wood was an American filmmaker.  He directed   Plan 9 in 1957.",
+            "Scott Derrickson. Scott Derrickson is an American director born in 1966."]
+    rec = GroundingRecord(QARecord("q", tuple(docs), ("1957",)), (GoldEvidence(0, "He directed Plan 9 in 1957."),))
+    # chunks hold the collapsed text, as the text parser writes it
+    hits = [Hit("a", "Ed Wood was an American filmmaker. He directed Plan 9 in 1957.", "/x/doc00000.txt"),
+            Hit("b", "Scott Derrickson is an American director born in 1966.", "/x/doc00001.txt")]
+    aligner = EvidenceAligner()
+    on_gold = aligner.align("He directed Plan 9 in 1957.", hits)
+    assert cited_on_gold(on_gold, hits, rec, docs) == (1, 1)
+    off_gold = aligner.align("Ed Wood was an American filmmaker.", hits)
+    assert cited_on_gold(off_gold, hits, rec, docs) == (1, 0)
+    other_doc = aligner.align("Scott Derrickson is an American director.", hits)
+    assert cited_on_gold(other_doc, hits, rec, docs) == (1, 0)
+    unsupported = aligner.align("It was filmed on Mars in 1999.", hits)
+    assert cited_on_gold(unsupported, hits, rec, docs) == (0, 0)
+
+
+def _row(score, answerable=True, f1=0.0, model_refused=False, refused=False, cited=(0, 0), cached=False) -> GroundingRow:
+    return GroundingRow("q", ["a"] if answerable else [], "ans", "ans", answerable, f1, f1 > 0, model_refused,
+                        score, score, refused, {}, cited[0], cited[1], 0.01, 1.0, cached)
+
+
+def test_summary_metrics():
+    rows = [_row(0.9, f1=1.0, cited=(2, 2)), _row(0.8, f1=0.6, cited=(1, 0)), _row(0.3, f1=0.0),
+            _row(0.2, f1=0.0, refused=True), _row(0.1, answerable=False, refused=True),
+            _row(0.7, answerable=False), _row(0.0, answerable=False, model_refused=True, refused=True)]
+    out = summarize(rows)
+    assert out["auroc"] == 1.0  # the two correct answers outscore the two wrong ones
+    assert out["citation_precision"] == round(2 / 3, 3)
+    assert out["refusal_accuracy"] == round(2 / 3, 3) and out["false_refusal_rate"] == 0.25
+    assert out["overhead"] == 0.01
+    assert out["details"]["correct"] == 2 and out["details"]["model_refused"] == 1
+    assert summarize([_row(0.5, cached=True)])["overhead"] is None  # no fresh answer timed
+
+
+def test_refusal_threshold_keeps_false_refusals_within_bound():
+    answerable = [_row(s / 20) for s in range(20)]  # scores 0.00 .. 0.95
+    t = fit_refusal_threshold(answerable + [_row(0.99, answerable=False)])
+    assert sum(r.score < t for r in answerable) == 3  # 15% of 20
+    t2 = fit_refusal_threshold([_row(0.5, model_refused=True)] * 3 + answerable)
+    assert sum(r.score < t2 for r in answerable) == 0  # the model's own refusals use up the allowance
+
+
+def test_jsonl_records_and_a_split_kept_apart(tmp_path):
+    lines = [{"question": f"q{i}", "docs": [f"doc {i} a", f"doc {i} b"], "answers": [f"a{i}"] if i % 3 else [],
+              "gold_doc": 1} for i in range(40)]
+    path = tmp_path / "qa.jsonl"
+    path.write_text("\n".join(json.dumps(x) for x in lines), encoding="utf-8")
+    recs = jsonl_grounding(str(path))
+    assert recs[1].gold == (GoldEvidence(1, "doc 1 b"),) and recs[0].gold == ()  # unanswerable: no gold
+    calib = load_records(None, str(path), "calibration", None, 0)
+    report = load_records(None, str(path), "report", None, 0)
+    assert {r.qa.question for r in calib}.isdisjoint({r.qa.question for r in report})
+    assert len(calib) + len(report) == 40 and min(len(calib), len(report)) >= 10
+    assert all(split_of(r) == "report" for r in report)
+    assert [r.qa.question for r in load_records(None, str(path), "report", 5, 0)] == \
+           [r.qa.question for r in load_records(None, str(path), "report", 5, 0)]
+
+
+@pytest.mark.slow
+def test_bench_grounding_runs_end_to_end(tmp_path):
+    docs = ["The Zephyr telescope stands on Mount Kora. Its mirror was polished by Marta Ilves in 1998.",
+            "Either party may terminate this agreement with 30 days written notice.",
+            "The blue ferry Aurora leaves for the island at seven in the morning."]
+    lines = [{"question": "Who polished the mirror of the Zephyr telescope?", "docs": docs[:1],
+              "answers": ["Marta Ilves"], "gold_doc": 0},
+             {"question": "How many days of notice end the agreement?", "docs": docs[1:2], "answers": ["30 days"],
+              "gold_doc": 0},
+             {"question": "When does the ferry return from the island?", "docs": docs[2:], "answers": []}]
+    path = tmp_path / "tiny.jsonl"
+    path.write_text("\n".join(json.dumps(x) for x in lines), encoding="utf-8")
+    out = subprocess.run([sys.executable, "-m", "localrag", "bench", "grounding", "--data", str(path), "--split", "all",
+                          "--n", "3", "--json", "--out", str(tmp_path / "full.json")],
+                         capture_output=True, text=True, timeout=900,
+                         env={**__import__("os").environ, "LOCALRAG_CACHE_DIR": str(tmp_path / "cache")})
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout)
+    for key in ("auroc", "citation_precision", "refusal_accuracy", "false_refusal_rate", "overhead"):
+        assert key in result
+    assert result["details"]["questions"] == 3 and result["details"]["unanswerable"] == 1
+    assert result["refusal_accuracy"] in (0.0, 1.0) and 0 <= result["false_refusal_rate"] <= 1
+    assert 0 < result["overhead"] < 1
+    rows = json.loads((tmp_path / "full.json").read_text())["rows"]
+    assert [r["question"] for r in rows] == [x["question"] for x in lines] and all(r["answer_s"] > 0 for r in rows)
+    bad = subprocess.run([sys.executable, "-m", "localrag", "bench", "grounding", "--data", str(path), "--calibrate"],
+                         capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and "calibrate on --split calibration" in bad.stderr

@@ -1,0 +1,211 @@
+"""The evidence aligner on hand-made cases (no model: the lexical signals and the rules).
+
+Run: .venv/bin/python -m pytest tests/test_evidence.py -q
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from localrag.evidence import (
+    CopiedSpan,
+    EvidenceAligner,
+    EvidenceConfig,
+    mark_citations,
+    split_sentences,
+    word_tokens,
+)
+
+
+@dataclass(frozen=True)
+class Chunk:
+    chunk_id: str
+    text: str
+    file: str = "notes.txt"
+    page: int | None = None
+    line_start: int | None = 1
+    line_end: int | None = 4
+
+
+ZEPHYR = Chunk("zephyr", "The Zephyr telescope stands on Mount Kora. Its main mirror is 4.2 metres wide. "
+                         "The mirror was polished by Marta Ilves in 1998, after two years of grinding.",
+               file="zephyr.md", line_start=3, line_end=6)
+GARDEN = Chunk("garden", "Tomatoes need full sun and deep watering twice a week. Turn the compost heap every "
+                         "fortnight and keep it as damp as a wrung-out sponge.", file="garden.txt")
+CONTRACT = Chunk("contract", "Either party may terminate this agreement with 30 days written notice. Invoices "
+                             "are due within 14 days of receipt.", file="contract.pdf", page=2, line_start=None,
+                 line_end=None)
+CHUNKS = [ZEPHYR, GARDEN, CONTRACT]
+QUESTION = "Who polished the mirror of the Zephyr telescope?"
+
+
+@pytest.fixture(scope="module")
+def aligner():
+    return EvidenceAligner()
+
+
+def _quoted(chunks, span) -> str:
+    return next(c.text for c in chunks if c.chunk_id == span.chunk_id)[span.start:span.end]
+
+
+def test_exact_copy_is_supported_with_the_copied_span(aligner):
+    answer = "The mirror was polished by Marta Ilves in 1998."
+    ev = aligner.align(answer, CHUNKS, question=QUESTION)
+    (s,) = ev.sentences
+    assert s.supported and s.reason == "" and s.signals.exact == 1.0 and s.signals.overlap == 1.0
+    assert [_quoted(CHUNKS, sp) for sp in s.spans] == ["The mirror was polished by Marta Ilves in 1998"]
+    assert s.spans[0].file == "zephyr.md" and (s.spans[0].line_start, s.spans[0].line_end) == (3, 6)
+    assert ev.cited == ("zephyr",) and ev.also_searched == ("garden", "contract")
+    assert ev.supported and 0 < ev.score <= 1
+    assert ev.seconds >= 0
+
+
+def test_a_paraphrase_finds_its_sentence_but_scores_below_a_copy(aligner):
+    copy = aligner.align("The mirror was polished by Marta Ilves in 1998.", CHUNKS, question=QUESTION)
+    para = aligner.align("Marta Ilves polished the telescope's mirror.", CHUNKS, question=QUESTION)
+    (s,) = para.sentences
+    assert s.signals.exact < 0.5 and s.signals.overlap == 1.0 and not s.signals.missing
+    assert [_quoted(CHUNKS, sp) for sp in s.spans] == [
+        "The mirror was polished by Marta Ilves in 1998, after two years of grinding."]
+    assert copy.sentences[0].score > s.score  # without an embedder nothing else tells a paraphrase apart
+
+
+def test_a_changed_number_makes_the_sentence_unsupported(aligner):
+    ev = aligner.align("Its main mirror is 4.5 metres wide.", CHUNKS)
+    (s,) = ev.sentences
+    assert not s.supported and s.reason == 'number "4.5" not in the sources' and s.signals.missing == ("4.5",)
+    assert s.signals.overlap == 0.8  # every other content word is there
+    assert ev.cited == () and ev.also_searched == ("zephyr", "garden", "contract")
+    right = aligner.align("Its main mirror is 4.2 metres wide.", CHUNKS)
+    assert right.sentences[0].supported and right.sentences[0].score > s.score and right.score > ev.score
+    assert right.cited == ("zephyr",)
+
+
+def test_a_changed_name_or_date_makes_the_sentence_unsupported(aligner):
+    name = aligner.align("The mirror was polished by Marta Kask in 1998.", CHUNKS).sentences[0]
+    assert not name.supported and name.reason == 'name "Kask" not in the sources'
+    date = aligner.align("The mirror was polished by Marta Ilves in 2003.", CHUNKS).sentences[0]
+    assert not date.supported and date.reason == 'number "2003" not in the sources'
+    made_up = aligner.align("The Zephyr telescope was built by Marta Ilves, a Polish-American astrophysicist.",
+                            CHUNKS, question=QUESTION).sentences[0]
+    assert not made_up.supported and set(made_up.signals.missing) == {"Polish", "American"}
+
+
+def test_a_sentence_from_another_document_is_not_found(aligner):
+    ev = aligner.align("The harbour master logs every ship that enters the port.", CHUNKS)
+    (s,) = ev.sentences
+    assert not s.supported and s.spans == () and s.reason == "not found in the sources" and s.score == 0.0
+    assert ev.cited == () and ev.also_searched == ("zephyr", "garden", "contract") and ev.score == 0.0
+
+
+def test_a_sentence_joining_two_chunks_cites_both(aligner):
+    answer = "Either party may terminate this agreement with 30 days written notice and tomatoes need full sun."
+    ev = aligner.align(answer, CHUNKS)
+    (s,) = ev.sentences
+    assert s.signals.exact == 15 / 16  # all but the "and" joining the two
+    assert [(sp.chunk_id, _quoted(CHUNKS, sp)) for sp in s.spans] == [
+        ("contract", "Either party may terminate this agreement with 30 days written notice"),
+        ("garden", "Tomatoes need full sun")]
+    assert s.spans[0].page == 2
+    assert ev.cited == ("contract", "garden") and ev.also_searched == ("zephyr",)
+
+
+def test_two_sentences_are_numbered_in_order_of_first_use(aligner):
+    answer = "Invoices are due within 14 days of receipt. The mirror was polished by Marta Ilves.\nShips dock at noon."
+    ev = aligner.align(answer, CHUNKS)
+    assert [s.text for s in ev.sentences] == ["Invoices are due within 14 days of receipt.",
+                                              "The mirror was polished by Marta Ilves.", "Ships dock at noon."]
+    assert [s.supported for s in ev.sentences] == [True, True, False]
+    assert ev.cited == ("contract", "zephyr") and ev.also_searched == ("garden",)
+    marked = mark_citations(answer, ev)
+    assert marked.text == ("Invoices are due within 14 days of receipt.[1] The mirror was polished by Marta "
+                           "Ilves.[2]\nShips dock at noon.")
+    assert marked.numbering == ("contract", "zephyr")
+    # the content-weighted answer score sits between its sentences' scores
+    scores = [s.score for s in ev.sentences]
+    assert min(scores) < ev.support < max(scores)
+
+
+def test_an_empty_answer_has_no_evidence(aligner):
+    for answer in ("", "   \n "):
+        ev = aligner.align(answer, CHUNKS, question=QUESTION)
+        assert ev.sentences == () and ev.score == 0.0 and not ev.supported
+        assert ev.cited == () and ev.also_searched == ("zephyr", "garden", "contract")
+        assert mark_citations(answer, ev).text == answer
+    assert aligner.align("Anything at all.", []).sentences[0].reason == "not found in the sources"
+
+
+def test_non_english_text():
+    de = Chunk("de", "Das Teleskop steht auf dem Berg Kora. Sein Hauptspiegel ist 4,2 Meter breit und wurde "
+                     "1998 von Marta Ilves poliert.")
+    zh = Chunk("zh", "望远镜的主镜宽四点二米。主镜由玛尔塔在一九九八年抛光。")
+    aligner = EvidenceAligner()
+    ev = aligner.align("Sein Hauptspiegel ist 4,2 Meter breit.", [de, zh])
+    assert ev.sentences[0].supported and ev.cited == ("de",)
+    wrong = aligner.align("Sein Hauptspiegel ist 5,1 Meter breit.", [de, zh]).sentences[0]
+    assert not wrong.supported and wrong.reason == 'number "5,1" not in the sources'
+    ev = aligner.align("主镜由玛尔塔在一九九八年抛光。", [de, zh])
+    (s,) = ev.sentences
+    assert s.supported and s.signals.exact == 1.0 and ev.cited == ("zh",)
+    assert _quoted([de, zh], s.spans[0]) == "主镜由玛尔塔在一九九八年抛光"
+    other = aligner.align("主镜由约翰在一九九八年抛光。", [de, zh]).sentences[0]  # another name
+    assert other.signals.exact < 1.0 and other.signals.overlap < 1.0 and other.score < s.score
+
+
+def test_copy_provenance_is_confirmed_and_changes_nothing(aligner):
+    answer = "Its main mirror is 4.2 metres wide."
+    at = ZEPHYR.text.index("main mirror is 4.2 metres")
+    copied = [CopiedSpan(answer.index("main"), answer.index(" wide"), "zephyr", at, at + len("main mirror is 4.2 metres"))]
+    plain = aligner.align(answer, CHUNKS, question=QUESTION)
+    spec = aligner.align(answer, CHUNKS, question=QUESTION, copied=copied)
+    assert spec == plain and spec.stats.copied_given == 1 and spec.stats.copied_confirmed == 1
+    wrong_place = [CopiedSpan(0, 3, "garden", 0, 8)]  # "Its" does not read "Tomatoes"
+    assert aligner.align(answer, CHUNKS, copied=wrong_place).stats.copied_confirmed == 0
+
+
+def test_same_answer_same_evidence_whatever_the_cache_and_chunk_order_of_calls():
+    answer = "The mirror was polished by Marta Ilves in 1998. Tomatoes need full sun."
+    warm = EvidenceAligner()
+    warm.align("Invoices are due within 14 days.", [CONTRACT, GARDEN])  # fills its caches first
+    assert warm.align(answer, CHUNKS, question=QUESTION) == EvidenceAligner().align(answer, CHUNKS, question=QUESTION)
+
+
+def test_a_question_about_something_else_lowers_the_answer_score(aligner):
+    on_topic = aligner.align("Marta Ilves", CHUNKS, question=QUESTION)
+    off_topic = aligner.align("Marta Ilves", CHUNKS, question="Who waters the tomatoes in the garden?")
+    assert on_topic.context > off_topic.context and on_topic.score > off_topic.score
+    swapped = aligner.align("Marta Ilves", CHUNKS, question="Who polished the mirror of the Hubble telescope?")
+    assert swapped.unmatched == ("Hubble",) and swapped.score < on_topic.score
+
+
+def test_tokens_and_sentences():
+    assert [t.norm for t in word_tokens("It costs 1,200 euros (4.5%), Dr. Who's four cats!")] == [
+        "it", "costs", "1200", "euros", "4.5", "dr", "who", "s", "4", "cats"]
+    text = "Dr. Ilves came at 4.30 p.m. today. She left.\n- first item\nSecond?  Yes."
+    assert [text[a:b] for a, b in split_sentences(text)] == [
+        "Dr. Ilves came at 4.30 p.m. today.", "She left.", "- first item", "Second?", "Yes."]
+    wrapped = "A line that wraps\nhere. Next one.\n\nNew paragraph\n"
+    assert [wrapped[a:b] for a, b in split_sentences(wrapped, line_breaks=False)] == [
+        "A line that wraps\nhere.", "Next one.", "New paragraph"]
+    assert [("主镜宽四米。主镜抛光。")[a:b] for a, b in split_sentences("主镜宽四米。主镜抛光。")] == ["主镜宽四米。", "主镜抛光。"]
+
+
+def test_the_judge_is_timed_and_skipped_past_its_budget():
+    calls = []
+
+    def slow_judge(claim: str, evidence: str) -> float:
+        calls.append((claim, evidence))
+        import time
+
+        time.sleep(0.05)
+        return 0.9
+
+    aligner = EvidenceAligner(judge=slow_judge, config=EvidenceConfig(judge_budget_s=0.01, weight_judge=1.0))
+    answer = "Invoices are due within 14 days of receipt. The mirror was polished by Marta Ilves."
+    ev = aligner.align(answer, CHUNKS, question="When are invoices due?")
+    assert len(calls) == 1 and ev.stats.judged == 1 and ev.stats.judge_seconds >= 0.05
+    assert calls[0] == ("When are invoices due? Invoices are due within 14 days of receipt.",
+                        "Invoices are due within 14 days of receipt.")
+    assert ev.sentences[0].signals.judge == 0.9 and ev.sentences[1].signals.judge is None
