@@ -9,7 +9,8 @@ Methods (every prompt runs every method back to back, ``--repeats`` rounds, each
 empty cache, so machine load hits all alike):
   plain      one target forward per token (the reference; its greedy output is the truth)
   plain-cached  plain again, through the prompt cache: the KV cache holds the prompt's first two
-             thirds and another continuation, so only the rest is prefilled (a chat's next turn)
+             thirds and another continuation, so only the rest is prefilled (a chat's next turn);
+             a check of identical outputs, run in the first round only
   pld        llama-cpp-python's own prompt-lookup decoding (Llama(draft_model=LlamaPromptLookupDecoding));
              timed against the same Llama object with the draft switched off, prompt KV reused by both
   retrieval  RASD decoder, retrieval tree only
@@ -236,7 +237,7 @@ def run_suite(
             if rnd == 0:
                 rec["tokens"] = plain["tokens"]
             for m in methods:
-                if m == "plain" or (m == "pld" and pld is None):
+                if m == "plain" or (m == "pld" and pld is None) or (m == "plain-cached" and rnd > 0):
                     continue
                 if m == "pld":
                     r = pld.run(ids, cfg)
