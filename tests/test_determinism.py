@@ -140,3 +140,44 @@ def test_thread_count_does_not_change_logits(smollm2):
         assert np.array_equal(np.array(smollm2.decode_one(int(a.argmax()))), np.array(one.decode_one(int(b.argmax()))))
     finally:
         one.close()
+
+
+def test_pinned_cells_and_compaction_keep_the_bits(smollm2, gemma_engine):
+    """A rejected tree node below the accepted path stays pinned (no hole for a later token to
+    fill out of order); truncation drops the pins or compacts the cache; every later logit is
+    the bits a fresh prefill of the same tokens gives. Gemma adds sliding-window layers."""
+    for be in (smollm2, gemma_engine.backend):
+        prompt = be.tokenize("Lists are useful because they keep order and allow duplicates. " * 50,
+                             add_special=True)
+        be.reset()
+        logits = be.prefill(prompt)
+        greedy = []
+        for _ in range(6):
+            greedy.append(int(np.argmax(logits)))
+            logits = be.decode_one(greedy[-1])
+        wrong = (greedy[1] + 1) % be.n_vocab
+        be.truncate(len(prompt))
+        # root, a wrong child, the right child and its child: the wrong child sits below the path's end
+        be.eval_tree([greedy[0], wrong, greedy[1], greedy[2]], [-1, 0, 0, 2])
+        be.commit_path([0, 2, 3])
+        assert be.n_pinned == 1 and be.tokens == prompt + greedy[:3]
+        for tok in greedy[3:]:
+            got = np.array(be.decode_one(tok))
+        ctx = list(be.tokens)
+        assert np.array_equal(got, _first_logits(be, ctx))
+        be.reset()
+        be.prefill(prompt)
+        be.eval_tree([greedy[0], wrong, greedy[1], greedy[2]], [-1, 0, 0, 2])
+        be.commit_path([0, 2, 3])
+        be.truncate(len(prompt) + 2)  # keeps a token placed after the pinned cell: compaction
+        assert be.n_pinned == 0 and be.tokens == prompt + greedy[:2]
+        got = np.array(be.decode_one(greedy[2]))
+        assert np.array_equal(got, _first_logits(be, prompt + greedy[:3]))
+        be.reset()
+        be.prefill(prompt)
+        be.eval_tree([greedy[0], wrong, greedy[1], greedy[2]], [-1, 0, 0, 2])
+        be.commit_path([0, 2, 3])
+        be.truncate(len(prompt) - 3)  # keeps nothing after the pinned cell: the pin is dropped
+        assert be.n_pinned == 0
+        got = np.array(be.decode_one(prompt[-3]))
+        assert np.array_equal(got, _first_logits(be, prompt[:-2]))

@@ -216,8 +216,9 @@ class LlamaCppBackend(Backend):
 
     def compact(self) -> None:
         """Move the committed context to cells 0..n_past-1 in order and drop the pinned cells: copy
-        sequence 0's cells (K, V, positions) out and back into an empty cache (about 1 ms per 100
-        tokens of SmolLM2-135M on this project's CPU)."""
+        sequence 0's cells (K, V, positions) out and back into an empty cache. A memory copy of the
+        KV (23 KB per token of SmolLM2-135M); it runs at most once per turn of a conversation, or
+        when pinned cells fill the cache."""
         size = lc.llama_state_seq_get_size(self._ctx, 0)
         buf = (ctypes.c_uint8 * size)()
         n = lc.llama_state_seq_get_data(self._ctx, buf, size, 0)
@@ -247,7 +248,7 @@ class LlamaCppBackend(Backend):
         if self.n_past + self.n_pinned + n_cells > self.n_ctx:
             self.compact()
         if self.n_past + n_cells > self.n_ctx:
-            raise ValueError(f"context full: {self.n_past} tokens + {n_cells} tree nodes > n_ctx {self.n_ctx}")
+            raise ValueError(f"context full: {self.n_past} tokens + {n_cells} new KV cells > n_ctx {self.n_ctx}")
 
     def prefill(self, tokens: Sequence[int]) -> np.ndarray:
         if not tokens:
