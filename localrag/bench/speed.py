@@ -77,6 +77,8 @@ def add_bench_cli(sub) -> None:
                    help=f"comma list of {','.join(METHODS)}")
     p.add_argument("--repeats", type=int, default=3, help="interleaved rounds per prompt (median time)")
     p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--no-deterministic", action="store_true",
+                   help="llama.cpp's default (batch-dependent) kernels: what determinism costs")
     p.add_argument("--ctx", type=int, default=4096)
     p.add_argument("--recalibrate", action="store_true", help="measure the verify-cost curve T(k) again")
     p.add_argument("--max-depth", type=int, default=None, help="longest drafted path (RasdConfig.max_depth)")
@@ -194,7 +196,8 @@ def _load_target(args) -> Engine:
         from localrag.bench import speed_hf  # lazy: imports torch (seconds), only for --backend hf
 
         return speed_hf.load_target(args)
-    return Engine.load(ModelConfig(model=args.model, n_ctx=args.ctx, n_threads=args.threads))
+    return Engine.load(ModelConfig(model=args.model, n_ctx=args.ctx, n_threads=args.threads,
+                                   deterministic=not args.no_deterministic))
 
 
 def _extra_methods(args) -> dict:
@@ -405,7 +408,8 @@ def cmd_speed(args) -> int:
     if "pld" in methods and args.backend == "llamacpp":
         pld = PldRunner(str(engine.backend.model_spec.path), args.ctx, args.threads)
     suites = [args.prompts] if args.prompts else [s.strip() for s in args.suite.split(",")]
-    report = {"model": engine.model_name, "draft": args.draft, "cost_curve_ms": cost.to_dict(), "suites": {}}
+    report = {"model": engine.model_name, "draft": args.draft, "deterministic": engine.backend.deterministic,
+              "cost_curve_ms": cost.to_dict(), "suites": {}}
     for suite in suites:
         prompts = load_prompts_file(suite, args.n) if args.prompts else load_suite(suite, args.n)
         result = run_suite(engine, prompts, methods, decoders, pld, extra, args.max_new_tokens, args.repeats)
@@ -432,7 +436,8 @@ def _slim(rows: list[dict]) -> list[dict]:
 
 
 def _print(report: dict) -> None:
-    print(f"model {report['model']}  draft {report['draft']}  T(k) ms {report['cost_curve_ms']}")
+    print(f"model {report['model']}  draft {report['draft']}  deterministic {report.get('deterministic')}  "
+          f"T(k) ms {report['cost_curve_ms']}")
     for suite, d in report["suites"].items():
         s = d["summary"]
         nb = s["noise_bound"]
