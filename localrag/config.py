@@ -49,8 +49,13 @@ class ModelConfig:
     local Hugging Face model folder.
     n_gpu_layers: -1 offloads every layer when the llama.cpp build supports a
     GPU (CUDA/Metal); 0 keeps everything on the CPU.
-    n_seq_max: KV sequences in one context; a token tree needs one per leaf.
+    n_seq_max: KV sequences in one context; a token tree needs one per leaf (llama.cpp keeps
+    the last one for itself: trees get n_seq_max - 1 leaves).
     flash_attn: None lets llama.cpp pick per device (auto); True/False force it.
+    deterministic: llama.cpp on the CPU computes every token's logits the same way however the
+    context was batched (prompt cache, tree verification), so greedy Plain repeats itself and
+    Speedup writes Plain's answer token for token (``localrag.backends.llamacpp``). Needs flash
+    attention; has no effect on GPU layers, whose kernels keep their own batch-dependent rounding.
     """
 
     model: str = DEFAULT_MODEL
@@ -60,6 +65,7 @@ class ModelConfig:
     n_threads: int | None = None
     n_seq_max: int = 64
     flash_attn: bool | None = None  # None = llama.cpp decides per device
+    deterministic: bool = True
     # Which backend loads the model: "llamacpp" (GGUF files) or "hf" (transformers: an HF
     # folder, or a GGUF through gguf_file=, dequantized). HF folders always load in "hf".
     backend: str = "llamacpp"

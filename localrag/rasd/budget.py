@@ -43,7 +43,7 @@ PROBE_KS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
 
 
 def device_key(backend: Backend) -> str:
-    """What T(k) depends on: the model file, backend kind, offload, threads, machine."""
+    """What T(k) depends on: the model file, backend kind, offload, kernels, threads, machine."""
     fid = backend.name
     if backend.model_spec is not None:
         path = Path(backend.model_spec.path)
@@ -54,6 +54,7 @@ def device_key(backend: Backend) -> str:
         type(backend).__name__,
         fid,
         f"gpu={backend.device_label}",
+        f"deterministic={backend.deterministic}",
         f"threads={backend.config.n_threads or os.cpu_count()}",
         f"host={platform.node()}:{platform.machine()}:{os.cpu_count()}",
     ]

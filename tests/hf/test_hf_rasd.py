@@ -17,6 +17,7 @@ from localrag.generation import Decoder, Generation, PlainDecoder
 from localrag.rasd.budget import CostModel
 from localrag.rasd.draft import load_draft
 from localrag.rasd.loop import RasdDecoder
+from tests.chat_prompts import QUESTIONS, answer, doc_chunks, rag_prompt, selected, through_prompt_cache
 from tests.hf.conftest import tiny_backend
 
 ALWAYS = RasdConfig(calibrate=False, use_budget=False)  # verify every proposed tree: exercises the backend most
@@ -119,6 +120,22 @@ def test_real_rasd_retrieval_only_equals_plain(hf_smollm2):
     decoder = RasdDecoder(hf_smollm2, ALWAYS, documents=[DOC], cost=CostModel.linear())
     spec = _chat(engine, q, decoder)
     assert spec.text == plain.text
+    assert decoder.stats.spec_steps > 0
+
+
+@pytest.mark.slow
+def test_real_length_chat_prompt_fp32_plain_cached_and_speedup_identical(hf_smollm2):
+    """fp32 on the CPU: a RAG chat prompt of five ~200-token chunks gives the same tokens from a
+    fresh context, through the prompt cache, and with Speedup (every step a tree)."""
+    engine = Engine(hf_smollm2)
+    chunks = selected(doc_chunks(engine), 1)
+    ids = rag_prompt(engine, QUESTIONS[0], chunks)
+    assert len(ids) >= 900
+    plain = answer(engine, ids, PlainDecoder(), max_tokens=64).tokens
+    assert len(plain) >= 8
+    assert through_prompt_cache(engine, ids, max_tokens=64).tokens == plain
+    decoder = RasdDecoder(hf_smollm2, ALWAYS, documents=[c.text for c in chunks], cost=CostModel.linear())
+    assert answer(engine, ids, decoder, max_tokens=64).tokens == plain
     assert decoder.stats.spec_steps > 0
 
 

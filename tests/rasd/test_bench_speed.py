@@ -18,28 +18,42 @@ def test_first_divergence():
     assert _first_divergence([1, 2], [1, 2, 3]) == 2
 
 
-def test_summarise_counts_near_ties():
-    plain = {"tokens": [1, 2, 3, 4], "decode_s": 1.0, "margins": [5.0, 0.1, 5.0, 5.0], "stats": {}}
+def test_summarise_counts_identical_outputs_in_every_round():
+    """The headline is a plain count: a prompt counts as identical only if every round of the
+    method reproduced plain's first-round tokens; near-ties are a separate diagnostic."""
+    plain = {"tokens": [1, 2, 3, 4], "decode_s": 1.0, "margins": [5.0, 0.1, 5.0, 5.0], "stats": {},
+             "identical_rounds": [True, True]}
+    other_plain = {**plain, "identical_rounds": [True, False]}
+
+    def run(tokens, rounds):
+        return {"tokens": tokens, "decode_s": 0.5, "stats": {"mean_accepted": 2.0}, "identical_rounds": rounds}
+
     rows = [
-        {"plain": plain, "rasd": {"tokens": [1, 2, 3, 4], "decode_s": 0.5, "stats": {"mean_accepted": 2.0}}},
-        {"plain": plain, "rasd": {"tokens": [1, 9, 3, 4], "decode_s": 0.5, "stats": {"mean_accepted": 2.0}}},
-        {"plain": plain, "rasd": {"tokens": [9, 2, 3, 4], "decode_s": 0.5, "stats": {"mean_accepted": 2.0}}},
+        {"plain": plain, "rasd": run([1, 2, 3, 4], [True, True, True]),
+         "plain-cached": run([1, 2, 3, 4], [True, True, True])},
+        {"plain": plain, "rasd": run([1, 9, 3, 4], [False, False, False]),  # diverged at a near-tie
+         "plain-cached": run([1, 2, 3, 4], [True, True, True])},
+        {"plain": other_plain, "rasd": run([1, 2, 3, 4], [True, False, True]),  # one round differed
+         "plain-cached": run([9, 2, 3, 4], [False, False, False])},
     ]
-    s = summarise(
-        {"rows": rows, "noise": {"max_margin_diff": 0.2, "max_abs_logit_diff": 0.5}}, ["plain", "rasd"]
-    )
-    r = s["rasd"]
-    assert r["median_speedup"] == 2.0 and r["identical_rate"] == 1 / 3
-    assert r["diverged_at_near_tie"] == 1 and r["diverged_not_near_tie"] == 1
+    s = summarise({"rows": rows, "noise": {"max_margin_diff": 0.2, "max_abs_logit_diff": 0.5}},
+                  ["plain", "plain-cached", "rasd"])
+    assert (s["rasd"]["identical"], s["rasd"]["compared"]) == (1, 3)
+    assert s["rasd"]["median_speedup"] == 2.0 and s["rasd"]["diverged_at_near_tie"] == 1
+    assert (s["plain"]["identical"], s["plain"]["compared"]) == (2, 3)  # its later rounds
+    assert (s["plain-cached"]["identical"], s["plain-cached"]["compared"]) == (2, 3)
+    one_round = summarise({"rows": [{"plain": {**plain, "identical_rounds": []}}],
+                           "noise": {"max_margin_diff": 0.0, "max_abs_logit_diff": 0.0}}, ["plain"])
+    assert one_round["plain"]["identical"] is None  # nothing to compare with
 
 
 def test_round_ratios_use_each_rounds_own_token_count():
     """A decoder's state carries over between rounds, so a near-tie can flip and change an answer's
     length in a later round: each round's tokens/s uses that round's count, not the first round's."""
     plain = {"tokens": [1] * 19, "decode_s": 1.0, "decode_s_rounds": [1.0, 1.0], "n_tokens_rounds": [19, 19],
-             "margins": [5.0] * 19, "stats": {}}
+             "margins": [5.0] * 19, "stats": {}, "identical_rounds": [True]}
     rasd = {"tokens": [1] * 11, "decode_s": 0.75, "decode_s_rounds": [0.5, 1.0], "n_tokens_rounds": [11, 19],
-            "stats": {"mean_accepted": 1.0}}
+            "stats": {"mean_accepted": 1.0}, "identical_rounds": [False, True]}
     s = summarise({"rows": [{"plain": plain, "rasd": rasd}], "noise": {"max_margin_diff": 0.0,
                                                                        "max_abs_logit_diff": 0.0}}, ["plain", "rasd"])
     # round 1: 11 tokens in 0.5 s vs 19 in 1 s; round 2: 19 tokens in the same time as plain
@@ -78,7 +92,7 @@ def test_bench_speed_runs_on_a_prompts_file(tmp_path):
         "--max-new-tokens",
         "12",
         "--methods",
-        "plain,retrieval,rasd",
+        "plain,plain-cached,retrieval,rasd",
         "--threads",
         "1",
         "--json",
@@ -87,5 +101,7 @@ def test_bench_speed_runs_on_a_prompts_file(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     rep = json.loads(out.stdout)
     summ = rep["suites"][str(f)]["summary"]
-    assert {"plain", "retrieval", "rasd"} <= set(summ)
-    assert summ["rasd"]["n"] == 1 and summ["noise_bound"]["max_abs_logit_diff"] >= 0
+    assert {"plain", "plain-cached", "retrieval", "rasd"} <= set(summ)
+    assert summ["rasd"]["n"] == 1 and summ["noise_bound"]["max_abs_logit_diff"] == 0.0
+    for m in ("plain-cached", "retrieval", "rasd"):
+        assert summ[m]["identical"] == summ[m]["compared"] == 1, m
