@@ -1,6 +1,8 @@
 """Real-length RAG chat prompts for the determinism tests: the chat template, five retrieved
-chunks of about 200 tokens and a question. The sources are this project's own documentation
-(README and design notes), cut into chunks, so no download is needed."""
+chunks of about 200 tokens and a question. The sources are a frozen copy of this project's own
+documentation (``tests/data/rag_sources.md``: README and design notes as they were when these
+tests were written), cut into chunks, so no download is needed and editing the docs cannot
+change what the tests decode."""
 
 from __future__ import annotations
 
@@ -28,9 +30,9 @@ class Chunk:
 
 
 def doc_chunks(engine: Engine, tokens_per_chunk: int = 200) -> list[Chunk]:
-    """The README's and the design notes' paragraphs, packed into chunks of about 200 tokens."""
+    """The frozen documentation's paragraphs, packed into chunks of about 200 tokens."""
     chunks, cur = [], []
-    for path in (repo_root() / "README.md", repo_root() / "docs" / "design.md"):
+    for path in (repo_root() / "tests" / "data" / "rag_sources.md",):
         for para in re.split(r"\n\s*\n", path.read_text()):
             para = para.strip()
             if not para or para.startswith(("```", "|", "!")):

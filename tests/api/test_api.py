@@ -200,7 +200,9 @@ def test_four_concurrent_streams_complete_unmixed_and_memory_returns(server):
     (rss0, threads0), (_, _), (rss2, threads2) = measured
     grown = (rss2 - rss0) / 2**20
     assert grown < 16, f"server RSS grew {grown:.1f} MiB over 8 more concurrent answers"
-    assert threads2 <= threads0  # no answer thread left behind
+    # no answer thread left behind: a leak would leave one thread per answer (8 more here), while
+    # the server's worker pool may still start a thread now and then (seen: +1 in one run of 10)
+    assert threads2 - threads0 < 4, f"{threads2 - threads0} more threads after 8 more answers"
 
 
 def test_a_client_that_goes_away_cancels_its_answer(server):
