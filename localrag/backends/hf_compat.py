@@ -19,6 +19,8 @@ from functools import cache as memoize
 from pathlib import Path
 
 import torch
+import transformers
+from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 
 
 # --- loading ------------------------------------------------------------------------
@@ -34,8 +36,6 @@ def load_model(
     path: Path, gguf_file: str | None, dtype: torch.dtype, device: torch.device, attn_implementation: str = "sdpa"
 ):
     """AutoModelForCausalLM from a local folder (or a GGUF inside it), eval mode, on `device`."""
-    from transformers import AutoModelForCausalLM
-
     kwargs: dict = {"attn_implementation": attn_implementation, "local_files_only": True}
     if gguf_file:
         kwargs["gguf_file"] = gguf_file
@@ -47,15 +47,11 @@ def load_model(
 
 @memoize
 def _accepts_dtype_kwarg() -> bool:
-    import transformers
-
     major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
     return (major, minor) >= (4, 56)
 
 
 def load_tokenizer(path: Path, gguf_file: str | None):
-    from transformers import AutoTokenizer
-
     kwargs: dict = {"local_files_only": True}
     if gguf_file:
         kwargs["gguf_file"] = gguf_file
@@ -87,8 +83,6 @@ def sliding_window_layers(config) -> bool:
 # --- the KV cache ---------------------------------------------------------------------
 def new_cache(model):
     """An empty growable KV cache for `model`."""
-    from transformers import DynamicCache
-
     if _takes(DynamicCache.__init__, "config"):
         return DynamicCache(config=model.config)
     return DynamicCache()

@@ -21,6 +21,8 @@ import time
 from pathlib import Path
 
 from localrag.bench.ingest_compare import print_compare, run_compare
+from localrag.rag.config import IndexConfig
+from localrag.rag.index import DocumentIndex
 
 DEFAULT_CORPUS = Path("/usr/share/doc/python3.11/html/_sources")
 
@@ -32,9 +34,6 @@ def corpus_bytes(path: Path) -> int:
 
 
 def run_ingest_bench(path: Path) -> dict:
-    from localrag.rag.config import IndexConfig
-    from localrag.rag.index import DocumentIndex
-
     with tempfile.TemporaryDirectory(prefix="localrag-bench-ingest-") as tmp:
         index = DocumentIndex(IndexConfig(index_dir=Path(tmp) / "index"))
         t0 = time.perf_counter()

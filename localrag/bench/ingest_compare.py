@@ -41,6 +41,7 @@ from pathlib import Path
 import numpy as np
 import psutil
 
+from localrag.bench.retrieval import run_squad
 from localrag.rag.config import IndexConfig
 from localrag.rag.embed import CachedEmbedding, OnnxEmbedding, TorchEmbedding, make_embedder
 from localrag.rag.index import READ_PAGE, DocumentIndex
@@ -200,8 +201,6 @@ def run_compare(path: Path, rounds: int = 4, sample: int | None = None, threads:
             indexes[b].close()
             runs[b].peak_rss_mb = sampler.peaks.get(b, 0.0)
     if recall:
-        from localrag.bench.retrieval import run_squad
-
         for b in COMPARED:
             result = run_squad(backend=b, embedder=embedders[b])
             runs[b].recall = {m: result[m]["recall@5"] for m in ("dense", "bm25", "hybrid")}

@@ -18,6 +18,9 @@ import time
 from pathlib import Path
 
 from localrag.bench.ingest import DEFAULT_CORPUS
+from localrag.rag.config import IndexConfig
+from localrag.rag.embed import make_embedder
+from localrag.rag.index import DocumentIndex
 
 METHODS = {"worker": True, "one-thread": False}
 
@@ -29,10 +32,6 @@ def _files(path: Path, n: int) -> list[Path]:
 
 
 def _run(files: list[Path], parse_worker: bool) -> tuple[float, int]:
-    from localrag.rag.config import IndexConfig
-    from localrag.rag.embed import make_embedder
-    from localrag.rag.index import DocumentIndex
-
     with tempfile.TemporaryDirectory(prefix="localrag-bench-pipeline-") as tmp:
         cfg = IndexConfig(index_dir=Path(tmp) / "index", parse_worker=parse_worker)
         embedder = make_embedder(cfg.model_path, cfg.embedding_backend, cfg.embed_batch, cfg.embed_threads, cfg.device)

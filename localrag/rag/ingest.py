@@ -386,9 +386,8 @@ class IngestRun:
                 "n_tokens": chunk.n_tokens,
                 "heading_path": json.dumps(list(chunk.heading_path), ensure_ascii=False),
             }
-            for name in ("page", "line_start", "line_end"):
-                if getattr(chunk, name) is not None:  # Chroma metadata has no null
-                    meta[name] = getattr(chunk, name)
+            anchors = {"page": chunk.page, "line_start": chunk.line_start, "line_end": chunk.line_end}
+            meta.update({k: v for k, v in anchors.items() if v is not None})  # Chroma metadata has no null
             if chunk.ocr:
                 meta["ocr"] = True
             metas.append(meta)
@@ -419,9 +418,11 @@ class IngestRun:
         collect_garbage(self.p.manifest, self.p.store)
         self.report.chunks += done.written
         self.report.bytes += opened.size
-        status = "replaced" if old is not None else "added"
-        setattr(self.report, status, getattr(self.report, status) + 1)
-        self._file_done(opened.target, status, done.written)
+        if old is not None:
+            self.report.replaced += 1
+        else:
+            self.report.added += 1
+        self._file_done(opened.target, "replaced" if old is not None else "added", done.written)
 
     def _abandon_open(self) -> None:
         """After an error: delete what open files wrote, where the store lets us (else the

@@ -28,7 +28,13 @@ from html.parser import HTMLParser
 from pathlib import Path
 from typing import TextIO
 
+import docx
 import pypdfium2
+from docx.opc.exceptions import PackageNotFoundError
+from docx.table import Table
+from markdown_it import MarkdownIt
+from pypdf import PdfReader
+from pypdf.errors import FileNotDecryptedError, PdfReadError, PdfStreamError
 
 from localrag.rag.ocr import OcrUnavailable, PageReader
 
@@ -236,8 +242,6 @@ def bounded_pieces(text: str, limit: int = MAX_UNIT_CHARS) -> Iterator[str]:
 
 
 def _parse_markdown(text: str) -> Iterator[Unit]:
-    from markdown_it import MarkdownIt
-
     lines = text.splitlines()
     tokens = MarkdownIt("commonmark").enable("table").parse(text)
     headings: list[tuple[int, str]] = []
@@ -422,10 +426,6 @@ class _HtmlUnits(HTMLParser):
 
 
 def _parse_docx(p: Path) -> Iterator[Unit]:
-    import docx
-    from docx.opc.exceptions import PackageNotFoundError
-    from docx.table import Table
-
     try:
         document = docx.Document(str(p))
     except PackageNotFoundError as exc:
@@ -469,9 +469,6 @@ def _docx_heading_level(style: str) -> int | None:
 
 
 def _parse_pdf(p: Path) -> Iterator[Unit]:
-    from pypdf import PdfReader
-    from pypdf.errors import FileNotDecryptedError, PdfReadError, PdfStreamError
-
     try:
         reader = PdfReader(str(p))
         encrypted = reader.is_encrypted
@@ -503,9 +500,7 @@ def _parse_pdf(p: Path) -> Iterator[Unit]:
         raise ParseError("PDF has no text: no text layer, and OCR found none on its pages")
 
 
-def _pdf_text_layer(reader, page_no: int) -> Iterator[Unit]:
-    from pypdf.errors import FileNotDecryptedError
-
+def _pdf_text_layer(reader: PdfReader, page_no: int) -> Iterator[Unit]:
     try:
         text = reader.pages[page_no - 1].extract_text() or ""
     except FileNotDecryptedError as exc:

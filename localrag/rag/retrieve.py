@@ -22,17 +22,16 @@ import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+import bm25s
 import numpy as np
+import Stemmer
+from bm25s.tokenization import Tokenizer
 
 STAMP = "localrag_stamp.json"
 
 
 def _stemmer():
-    """English Snowball stemmer when PyStemmer is installed, else none (bm25s works either way)."""
-    try:
-        import Stemmer
-    except ImportError:
-        return None
+    """The English Snowball stemmer (PyStemmer)."""
     return Stemmer.Stemmer("english")
 
 
@@ -86,9 +85,6 @@ class Bm25Store:
 
     def build(self, docs: Iterable[tuple[str, str]], generation: int) -> int:
         """Index (chunk_id, text) pairs; returns the number indexed. Token ids are kept as int32."""
-        import bm25s
-        from bm25s.tokenization import Tokenizer
-
         tokenizer = Tokenizer(stopwords="en", stemmer=self._stemmer)
         ids: list[str] = []
         token_ids: list[np.ndarray] = []
@@ -130,8 +126,6 @@ class Bm25Store:
                 shutil.rmtree(entry, ignore_errors=True)
 
     def _load(self) -> None:
-        import bm25s
-
         sub = self._current()
         if sub is None:
             raise OSError("no BM25 index on disk")
@@ -142,8 +136,6 @@ class Bm25Store:
 
     def search(self, query: str, n: int) -> list[tuple[str, float]]:
         """Top ``n`` (chunk_id, bm25 score) with a positive score, best first."""
-        import bm25s
-
         if self._retriever is None or not self._ids:
             return []
         tokens = bm25s.tokenize(

@@ -34,7 +34,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import chromadb
 import httpx
+from chromadb.config import Settings
 from chromadb.errors import NotFoundError
 
 from localrag.rag.config import EMBEDDING_BACKENDS, IndexConfig
@@ -105,9 +107,6 @@ class _LocalClient:
     def _reopen(self) -> None:
         """Close the client (its system stops; nothing else in this process holds it) and open one
         that loads every graph from disk."""
-        import chromadb
-        from chromadb.config import Settings
-
         if self.client is not None:
             self.client.close()
             self.client = None
@@ -191,9 +190,6 @@ class ChromaStore:
         return self._http
 
     def _connect_http(self):
-        import chromadb
-        from chromadb.config import Settings
-
         try:
             return chromadb.HttpClient(
                 host=self.config.chroma_host,

@@ -17,6 +17,7 @@ Run the unit tests: ``pytest tests/rasd/test_tree.py``.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Sequence
 
 import numpy as np
@@ -131,8 +132,6 @@ class TokenTree:
 
     def ranked(self, min_score: float = 0.0) -> list[int]:
         """Drafted node indices in the greedy best-first order prune() uses (ancestor-closed prefixes)."""
-        import heapq
-
         out: list[int] = []
         heap = [(-self.scores[c], self.depths[c], c) for c in self.children[0].values()]
         heapq.heapify(heap)
