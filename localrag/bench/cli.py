@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from localrag.bench import api, grounding, ingest, pipeline, plain, qa, retrieval, speed
+from localrag.bench import api, grounding, ingest, kernels, pipeline, plain, qa, retrieval, speed
 
-BENCH_MODULES = (plain, ingest, pipeline, retrieval, speed, qa, grounding, api)
+BENCH_MODULES = (plain, kernels, ingest, pipeline, retrieval, speed, qa, grounding, api)
 
 
 def add_cli(subparsers) -> None:
