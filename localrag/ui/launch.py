@@ -21,34 +21,20 @@ import sys
 import threading
 import time
 from dataclasses import replace
-from pathlib import Path
 
-from localrag.api.cli import API_KEY_ENV
-from localrag.config import AppConfig, ModelConfig
+from localrag.api.cli import add_server_args, server_config
+from localrag.config import AppConfig
 from localrag.models import ModelError
 
 
 def parse_args(argv: list[str] | None = None) -> AppConfig:
     p = argparse.ArgumentParser(description="localrag: chat with your documents, locally")
-    p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1: this machine only)")
-    p.add_argument("--port", type=int, default=7860)
+    add_server_args(p, default_port=7860)
     p.add_argument("--share", action="store_true", help="create a public Gradio share link (off by default)")
-    p.add_argument("--model", default=ModelConfig().model, help="registry name or .gguf path")
-    p.add_argument("--gpu-layers", type=int, default=-1, help="-1 = all layers on the GPU when there is one")
-    p.add_argument("--index-dir", type=Path, default=None, help="Chroma index + manifest (LOCALRAG_INDEX_DIR)")
-    p.add_argument("--data-dir", type=Path, default=None, help="chat history + uploads (LOCALRAG_DATA_DIR)")
-    p.add_argument("--api-key", default=None,
-                   help=f"require 'Authorization: Bearer KEY' on every API and MCP call ({API_KEY_ENV})")
     p.add_argument("--no-api", action="store_true", help="serve the page only (no /v1 API, no /mcp tools)")
     a = p.parse_args(argv)
-    cfg = AppConfig(host=a.host, port=a.port, share=a.share,
-                    model=ModelConfig(model=a.model, n_gpu_layers=a.gpu_layers),
-                    api=not a.no_api and not a.share, api_key=a.api_key or os.environ.get(API_KEY_ENV) or None)
-    if a.index_dir:
-        cfg = replace(cfg, index_dir=a.index_dir.expanduser().resolve())
-    if a.data_dir:
-        cfg = replace(cfg, data_dir=a.data_dir.expanduser().resolve())
-    return cfg
+    # a public share link never exposes the API (it goes through Gradio's own launch)
+    return replace(server_config(a), share=a.share, api=not a.no_api and not a.share)
 
 
 def _step(n: int, total: int, text: str) -> float:
