@@ -262,7 +262,7 @@ def test_browser_end_to_end(app, tmp_path):
         browser.close()
 
 
-COUNT = "Count from 1 to 500, separated by commas."
+COUNT = "Write the numbers from 1 to 500 in order, separated by commas: 1, 2, 3,"
 
 
 def set_max_tokens(page, n: int) -> None:
