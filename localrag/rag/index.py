@@ -151,6 +151,8 @@ class DocumentIndex:
     ) -> IngestReport:
         """Index files and folders (recursively); files gone from a folder given here are removed
         (``keep_missing``: kept, listed as missing). Never raises for a bad file: see ``report.failed``.
+        ``progress`` may raise to stop the run (a folder watcher stopping): files committed so far
+        stay, the versions being written are deleted, and its exception propagates.
 
         Raises StoreUnavailable when the Chroma server cannot be reached; its ``report`` attribute
         then holds what was done before (nothing half-done is visible: pending versions are

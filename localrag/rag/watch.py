@@ -176,6 +176,7 @@ class FolderWatcher:
         self._states: dict[Key, FolderState] = {}
         self._folders: dict[str, _FolderEvents] = {}
         self._running: Key | None = None
+        self._cancelled: set[Key] = set()  # their running sync stops at its next progress event
         self._stopping = False
         self._next_check = 0.0
         self._observer = Observer()
@@ -221,10 +222,17 @@ class FolderWatcher:
             self._follow(rec.collection, rec.folder)
 
     def unwatch(self, collection: str, folder: str | os.PathLike, delete: bool = False) -> tuple[bool, int]:
-        """Stop following ``folder`` and forget it; its documents stay unless ``delete``.
+        """Stop following ``folder`` and forget it; its documents stay unless ``delete``. A sync of
+        it that is running ends at its next step first (so never call this from the callbacks).
         Returns (whether it was watched, documents removed)."""
         root = os.path.abspath(os.path.expanduser(str(folder)))
-        self._forget((collection, root))
+        key = (collection, root)
+        self._forget(key)
+        with self._cond:  # a sync of it now running ends at its next step; wait for that
+            self._cancelled.add(key)
+            while self._running == key:
+                self._cond.wait()
+            self._cancelled.discard(key)
         index = self.index_for(collection)
         was = index.unwatch(root)
         return was, index.remove(root) if delete else 0
@@ -413,7 +421,7 @@ class FolderWatcher:
             self.on_synced(SyncOutcome(collection, root, None, error, full=pending.paths is None))
 
     def _progress(self, key: Key, event: IngestEvent) -> None:
-        if self._stopping:
+        if self._stopping or key in self._cancelled:
             raise _Cancelled
         if event.kind == "waiting":
             self._set(key, state="waiting", detail=event.reason)

@@ -203,6 +203,31 @@ def test_stop_ends_a_running_sync_and_leaves_the_index_consistent(make_index, tm
     assert_consistent(idx)
 
 
+def test_unwatch_with_delete_during_a_sync_leaves_nothing_behind(make_index, tmp_path):
+    many = tmp_path / "many"
+    for i in range(40):
+        write(many / f"n{i:02d}.txt", f"Note {i}: the {i}th lantern of the harbor burns copper blue.\n")
+    idx = make_index()
+    first_file = threading.Event()
+
+    def on_progress(collection, folder, event):
+        if event.kind == "file_done" and not first_file.is_set():
+            first_file.set()
+            while ("default", str(many)) not in watcher._cancelled:  # hold the sync until unwatch runs
+                time.sleep(0.01)
+
+    with watcher_for(idx, on_progress=on_progress) as watcher:
+        watcher.watch("default", many)
+        assert first_file.wait(60)
+        was, removed = watcher.unwatch("default", many, delete=True)  # the running sync ends first
+        assert was and removed >= 1
+        assert watcher.states() == [] and watcher.wait_idle(10)
+        write(many / "late.txt", "A file written after the folder was unwatched.\n")
+        time.sleep(1.0)
+    assert idx.list_documents() == [] and idx.watched_folders() == []
+    assert_consistent(idx)
+
+
 def test_a_sync_of_changed_paths_looks_only_at_them(make_index, folder):
     idx = make_index()
     idx.watch(folder)
