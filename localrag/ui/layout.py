@@ -130,10 +130,10 @@ def build_app(services: Services) -> gr.Blocks:
                             watch_btn = gr.Button("👁 Keep in sync", size="sm", scale=1, elem_id="watch-add",
                                                   interactive=local)
                         watch_note = gr.Markdown(elem_id="watch-note")
-                        watch_list = gr.Dataframe(headers=["folder", "state", "indexed", "failed files", "last sync"],
+                        watch_list = gr.Dataframe(headers=["folder", "state", "files", "failed files", "last sync"],
                                                   value=docs.watched(default.collection), label="Watched folders",
                                                   elem_id="watch-list", interactive=False, wrap=True,
-                                                  column_widths=["28%", "24%", "10%", "22%", "16%"])
+                                                  column_widths=["26%", "24%", "10%", "22%", "18%"])
                         with gr.Row():
                             unwatch_pick = gr.Dropdown(choices=docs.watched_choices(default.collection),
                                                        label="Stop watching", elem_id="unwatch-pick", scale=3)
