@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 from rag_docgen import assert_consistent, write
 
+from localrag.__main__ import main
 from localrag.rag.watch import FolderWatcher
 
 REFLECTED_S = 5.0  # the issue's bound for a change to show in the index
@@ -244,13 +245,15 @@ def test_a_sync_of_changed_paths_looks_only_at_them(make_index, folder):
     assert_consistent(idx)
 
 
-def _cli(*args: str, env: dict) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "localrag", *args], capture_output=True, text=True, env=env,
-                          cwd=ROOT, timeout=300)
+def _cli(capsys, *args: str) -> tuple[int, str, str]:
+    """A command in this process (the watch command itself runs as a real process below)."""
+    rc = main(list(args))
+    out = capsys.readouterr()
+    return rc, out.out, out.err
 
 
 @pytest.mark.slow
-def test_cli_watch_unwatch_and_docs_list(tmp_path, folder):
+def test_cli_watch_unwatch_and_docs_list(tmp_path, folder, capsys):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     index = ["--index-dir", str(tmp_path / "index"), "--collection", "notes"]
     write(folder / "odd.xyz", "no parser for this")
@@ -272,18 +275,22 @@ def test_cli_watch_unwatch_and_docs_list(tmp_path, folder):
         _, err = proc.communicate(timeout=60)
     assert proc.returncode == 0 and "stopped watching" in err and "Traceback" not in err, err
 
-    listing = _cli("docs", "list", *index, env=env).stdout.splitlines()
+    rc, out, _ = _cli(capsys, "docs", "list", *index)
+    listing = out.splitlines()
     assert re.fullmatch(
         rf"watched +3 files   {re.escape(str(folder))}  \(3 chunks, 1 failed, last sync \d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d\)",
         listing[0],
     ), listing[0]
     assert any(line.startswith("failed") and "odd.xyz" in line and "unsupported" in line for line in listing)
 
-    out = _cli("unwatch", str(folder), *index, env=env)
-    assert out.returncode == 0 and "its documents stay" in out.stdout
-    listed = json.loads(_cli("docs", "list", "--json", *index, env=env).stdout)
+    rc, out, _ = _cli(capsys, "unwatch", str(folder), *index)
+    assert rc == 0 and "its documents stay" in out
+    rc, out, _ = _cli(capsys, "docs", "list", "--json", *index)
+    listed = json.loads(out)
     assert listed["watched"] == [] and len(listed["documents"]) == 4  # 3 indexed, 1 failed
-    out = _cli("watch", *index, env=env)
-    assert out.returncode == 2 and out.stderr.startswith("error: collection 'notes' watches no folder yet")
-    out = _cli("unwatch", str(folder), *index, env=env)
-    assert out.returncode == 1 and "not watched" in out.stderr
+    rc, _, err = _cli(capsys, "watch", *index)
+    assert rc == 2 and err.startswith("error: collection 'notes' watches no folder yet")
+    rc, _, err = _cli(capsys, "unwatch", str(folder), *index)
+    assert rc == 1 and "not watched" in err
+    rc, out, _ = _cli(capsys, "watch", str(folder), "--once", "--json", *index)  # remembered again, synced, exits
+    assert rc == 0 and json.loads(out)["report"]["skipped"] == 3
