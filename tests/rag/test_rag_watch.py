@@ -194,6 +194,12 @@ def test_stop_ends_a_running_sync_and_leaves_the_index_consistent(make_index, tm
     watcher = watcher_for(idx, on_progress=on_progress, on_synced=outcomes.append).start()
     watcher.watch("default", many)
     assert first_file.wait(60)
+    # a sync holds the write lock, never the store: a search (a chat answer's retrieval) goes on
+    hits = []
+    searcher = threading.Thread(target=lambda: hits.extend(idx.search("lantern of the harbor", k=3)))
+    searcher.start()
+    searcher.join(30)
+    assert not searcher.is_alive() and hits
     assert watcher.stop(timeout=30)  # the sync ended at its next progress event
     assert outcomes == [] and 0 < len(indexed(idx)) < 40
     assert_consistent(idx)
