@@ -209,6 +209,8 @@ class DocumentIndex:
         picked = set()
         for raw in changed:
             path = _absolute(raw)
+            if path == root:
+                return [root]  # the folder itself: all of it
             if not under(path, root):
                 continue
             if any(part.startswith(".") for part in os.path.relpath(path, root).split(os.sep)):

@@ -247,7 +247,7 @@ def test_a_sync_of_changed_paths_looks_only_at_them(make_index, folder):
     )
     assert (report.seen, report.replaced, report.failed) == (1, 1, [])
     assert "later.md" not in indexed(idx)  # a full sync would have found it
-    assert idx.sync(folder).added == 1
+    assert idx.sync(folder, changed=[folder]).added == 1  # the folder itself: all of it
     assert_consistent(idx)
 
 
