@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import hmac
+import signal
 from collections.abc import AsyncIterator
 
 import uvicorn
@@ -70,6 +71,23 @@ def create_app(services: Services, host: str = "127.0.0.1", api_key: str | None 
     return app
 
 
+class _Stopped(Exception):
+    """SIGINT or SIGTERM, raised again by uvicorn once it has shut down gracefully."""
+
+
+def _stopped(signum, frame) -> None:
+    raise _Stopped
+
+
 def run(app: FastAPI, host: str, port: int) -> None:
-    """Serve until interrupted."""
-    uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning")).run()
+    """Serve until Ctrl-C or SIGTERM, then return, so the caller's cleanup runs (the folder
+    watchers stop). uvicorn shuts down gracefully and then raises the signal again for the handler
+    that was there before it: this one, instead of the default that would end the process."""
+    previous = {sig: signal.signal(sig, _stopped) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning")).run()
+    except _Stopped:
+        pass
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

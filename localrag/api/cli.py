@@ -4,7 +4,8 @@
                              [--data-dir DIR] [--api-key KEY]
 
 Binds 127.0.0.1 unless --host says otherwise. With --api-key (or LOCALRAG_API_KEY), every call
-must carry ``Authorization: Bearer KEY``.
+must carry ``Authorization: Bearer KEY``. The folders the collections watch (``python -m localrag
+watch``) are synced at start and followed until exit.
 """
 
 from __future__ import annotations
@@ -67,11 +68,13 @@ def cmd_serve(args) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     services = Services(cfg, engine=engine)
-    app = create_app(services, host=cfg.host, api_key=cfg.api_key)
-    print(f"[localrag] API on http://{cfg.host}:{cfg.port}/v1, MCP tools on http://{cfg.host}:{cfg.port}/mcp"
-          + (" (API key required)" if cfg.api_key else ""), flush=True)
     try:
+        n = services.start_watching()  # each remembered folder is synced first, on the watcher's thread
+        app = create_app(services, host=cfg.host, api_key=cfg.api_key)
+        print(f"[localrag] API on http://{cfg.host}:{cfg.port}/v1, MCP tools on http://{cfg.host}:{cfg.port}/mcp"
+              + (" (API key required)" if cfg.api_key else "")
+              + (f"; following {n} watched folder(s)" if n else ""), flush=True)
         run(app, cfg.host, cfg.port)
     finally:
-        services.close()
+        services.close()  # the folder watchers stop (a running sync ends at its next step)
     return 0

@@ -17,12 +17,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 
 from tqdm import tqdm
 
 from localrag.rag.config import IndexConfig
 from localrag.rag.index import DocumentIndex, NeedsReindex
-from localrag.rag.records import IngestEvent, IngestReport
+from localrag.rag.records import IngestEvent, IngestReport, WatchedFolder
 from localrag.rag.store import StoreUnavailable
 
 
@@ -53,7 +54,9 @@ def add_cli(subparsers) -> None:
 
     docs = subparsers.add_parser("docs", help="list or remove indexed documents")
     docs_sub = docs.add_subparsers(dest="docs_command", required=True)
-    ls = docs_sub.add_parser("list", parents=[common], help="documents with chunk counts and status")
+    ls = docs_sub.add_parser(
+        "list", parents=[common], help="watched folders, then documents with chunk counts and status"
+    )
     ls.set_defaults(func=cmd_docs_list)
     rm = docs_sub.add_parser("remove", parents=[common], help="remove a document (or a folder of them)")
     rm.add_argument("path")
@@ -62,7 +65,7 @@ def add_cli(subparsers) -> None:
     cols.set_defaults(func=cmd_collections)
 
 
-def _index(args, **overrides) -> DocumentIndex:
+def open_index(args, **overrides) -> DocumentIndex:
     return DocumentIndex(
         IndexConfig.from_env(collection=args.collection, index_dir=args.index_dir, **overrides)
     )
@@ -73,16 +76,16 @@ def shown(text: str) -> str:
     return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
 
 
-def _fail(message: str) -> int:
+def fail(message: str) -> int:
     print(f"error: {shown(message)}", file=sys.stderr)
     return 2
 
 
-def _say_waiting(event: IngestEvent) -> None:
+def say_waiting(event: IngestEvent) -> None:
     print(f"waiting: {event.reason}", file=sys.stderr, flush=True)
 
 
-class _TqdmProgress:
+class TqdmProgress:
     """A progress bar on a terminal (stderr): bytes done, files, chunks/s and the ETA.
     The wait for another writer is said on stderr whether or not it is a terminal."""
 
@@ -92,7 +95,7 @@ class _TqdmProgress:
 
     def __call__(self, event: IngestEvent) -> None:
         if event.kind == "waiting":
-            _say_waiting(event)
+            say_waiting(event)
             return
         if not self.enabled:
             return
@@ -109,33 +112,24 @@ class _TqdmProgress:
             self.bar.close()
             return
         self.bar.n = min(self.bar.total, event.bytes_done)
-        eta = "?" if event.eta_s is None else _clock(event.eta_s)
         name = shown(event.path.rsplit("/", 1)[-1][:40])
-        self.bar.set_postfix_str(
-            f"{event.files_done}/{event.total} files, {event.chunks_done} chunks, "
-            f"{event.chunks_per_s:.1f} chunks/s, ETA {eta}  {name}"
-        )
+        self.bar.set_postfix_str(f"{event.progress_line()}  {name}")
         if event.kind == "file_done" and event.status == "failed":
             self.bar.write(f"failed: {shown(event.path)}: {shown(event.reason)}", file=sys.stderr)
 
 
-def _clock(seconds: float) -> str:
-    m, s = divmod(int(round(seconds)), 60)
-    return f"{m // 60}:{m % 60:02d}:{s:02d}" if m >= 60 else f"{m}:{s:02d}"
-
-
 def cmd_ingest(args) -> int:
 
-    index = _index(args, max_file_mb=args.max_file_mb)
+    index = open_index(args, max_file_mb=args.max_file_mb)
     try:
         report = index.ingest(
             args.paths,
-            progress=_TqdmProgress(sys.stderr.isatty() and not args.json),
+            progress=TqdmProgress(sys.stderr.isatty() and not args.json),
             keep_missing=args.keep_missing,
         )
     except StoreUnavailable as exc:
         _print_report(exc.report, args.json)
-        return _fail(str(exc))
+        return fail(str(exc))
     _print_report(report, args.json)
     return 0 if report.seen and len(report.failed) < report.seen else (1 if report.failed else 0)
 
@@ -156,9 +150,9 @@ def _print_report(report: IngestReport, as_json: bool) -> None:
 def cmd_search(args) -> int:
 
     try:
-        hits = _index(args).search(args.query, k=args.k)
+        hits = open_index(args).search(args.query, k=args.k)
     except (StoreUnavailable, NeedsReindex) as exc:
-        return _fail(str(exc))
+        return fail(str(exc))
     if args.json:
         print(json.dumps([h.to_dict() for h in hits], ensure_ascii=False, indent=2))
         return 0
@@ -174,10 +168,14 @@ def cmd_search(args) -> int:
 
 
 def cmd_docs_list(args) -> int:
-    docs = _index(args).list_documents()
+    index = open_index(args)
+    docs, watched = index.list_documents(), index.watched_folders()
     if args.json:
-        print(json.dumps([d.to_dict() for d in docs], ensure_ascii=False, indent=2))
+        listing = {"documents": [d.to_dict() for d in docs], "watched": [w.to_dict() for w in watched]}
+        print(json.dumps(listing, ensure_ascii=False, indent=2))
         return 0
+    for w in watched:
+        print(f"{'watched':8} {w.indexed:6} files   {shown(w.folder)}  ({watch_summary(w)})")
     if not docs:
         print("no documents")
     for d in docs:
@@ -186,12 +184,26 @@ def cmd_docs_list(args) -> int:
     return 0
 
 
+def watch_summary(w: WatchedFolder) -> str:
+    """'340 chunks, 1 failed, last sync 2026-12-01 10:00:03' (and the last error, if any)."""
+    parts = [f"{w.chunks} chunks"]
+    parts += [f"{n} {what}" for n, what in ((len(w.failed), "failed"), (w.missing, "missing"), (w.stale, "stale")) if n]
+    parts.append("never synced" if w.last_sync is None else f"last sync {when(w.last_sync)}")
+    if w.last_error:
+        parts.append(f"last attempt failed: {shown(w.last_error)}")
+    return ", ".join(parts)
+
+
+def when(timestamp: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(timestamp))
+
+
 def cmd_docs_remove(args) -> int:
 
     try:
-        n = _index(args).remove(args.path, progress=_say_waiting)
+        n = open_index(args).remove(args.path, progress=say_waiting)
     except StoreUnavailable as exc:
-        return _fail(str(exc))
+        return fail(str(exc))
     if args.json:
         print(json.dumps({"removed": n}))
     else:
@@ -200,6 +212,6 @@ def cmd_docs_remove(args) -> int:
 
 
 def cmd_collections(args) -> int:
-    names = _index(args).collections()
+    names = open_index(args).collections()
     print(json.dumps(names) if args.json else "\n".join(names) or "no collections")
     return 0

@@ -34,6 +34,7 @@ import hashlib
 import json
 import os
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -45,9 +46,10 @@ from localrag.rag.config import IndexConfig
 from localrag.rag.embed import Embedder, make_embedder
 from localrag.rag.ingest import Build, IndexParts, IngestRun, collect_garbage, recover
 from localrag.rag.manifest import Manifest
-from localrag.rag.records import DocumentInfo, Hit, IngestEvent, IngestReport
+from localrag.rag.records import DocumentInfo, Hit, IngestEvent, IngestReport, WatchedFolder
 from localrag.rag.retrieve import Bm25Store, rrf_fuse
 from localrag.rag.store import READ_PAGE, ChromaStore, StoreUnavailable
+from localrag.rag.targets import under
 
 __all__ = [
     "DocumentIndex",
@@ -58,9 +60,14 @@ __all__ = [
     "IngestReport",
     "NeedsReindex",
     "StoreUnavailable",
+    "WatchedFolder",
 ]
 
 Progress = Callable[[IngestEvent], None]
+
+
+def _absolute(path: str | os.PathLike) -> str:
+    return os.path.abspath(os.path.expanduser(str(path)))
 
 
 class NeedsReindex(RuntimeError):
@@ -112,11 +119,12 @@ class DocumentIndex:
             except BlockingIOError:
                 fh.seek(0)
                 holder = fh.read().strip() or "unknown"
+                who = "another ingest of this process" if holder == str(os.getpid()) else "another process"
                 if progress is not None:
                     progress(
                         IngestEvent(
                             "waiting",
-                            reason=f"another process (pid {holder}) is writing to this index; "
+                            reason=f"{who} (pid {holder}) holds the write lock of this index; "
                             "waiting for it to finish",
                         )
                     )
@@ -143,6 +151,8 @@ class DocumentIndex:
     ) -> IngestReport:
         """Index files and folders (recursively); files gone from a folder given here are removed
         (``keep_missing``: kept, listed as missing). Never raises for a bad file: see ``report.failed``.
+        ``progress`` may raise to stop the run (a folder watcher stopping): files committed so far
+        stay, the versions being written are deleted, and its exception propagates.
 
         Raises StoreUnavailable when the Chroma server cannot be reached; its ``report`` attribute
         then holds what was done before (nothing half-done is visible: pending versions are
@@ -168,13 +178,92 @@ class DocumentIndex:
         return report
 
     def sync(
-        self, folder: str | os.PathLike, progress: Progress | None = None, *, keep_missing: bool = False
+        self,
+        folder: str | os.PathLike,
+        progress: Progress | None = None,
+        *,
+        keep_missing: bool = False,
+        changed: Iterable[str | os.PathLike] | None = None,
     ) -> IngestReport:
         """Bring the index in line with a folder: new and edited files indexed, moved ones re-pathed,
-        vanished ones removed (or kept as missing). The entry point for watching a folder."""
-        if not os.path.isdir(os.path.expanduser(str(folder))):
+        vanished ones removed (or kept as missing). The entry point for watching a folder.
+
+        ``changed``: only these paths under the folder changed (a watcher's events; folders among
+        them are walked); None looks at the whole folder. A watched folder's row records the sync.
+        Raises NotADirectoryError, before changing anything, when the folder is not there.
+        """
+        root = _absolute(folder)
+        if not os.path.isdir(root):
             raise NotADirectoryError(f"not a folder: {folder}")
-        return self.ingest([folder], progress, keep_missing=keep_missing)
+        paths = [root] if changed is None else self._changed_under(root, changed)
+        report = self.ingest(paths, progress, keep_missing=keep_missing) if paths else IngestReport()
+        self.manifest.record_sync(self.config.collection, root)
+        return report
+
+    def _changed_under(self, root: str, changed: Iterable[str | os.PathLike]) -> list[str]:
+        """The changed paths a sync of ``root`` looks at, as a walk of ``root`` would see them:
+        under it, not hidden, not a symlinked folder; a vanished path only if something under it
+        was indexed or failed (a temporary file that came and went is nobody's business)."""
+        coll = self.config.collection
+        known = [r.path for r in self.manifest.files(coll)] + list(self.manifest.failures(coll))
+        picked = set()
+        for raw in changed:
+            path = _absolute(raw)
+            if path == root:
+                return [root]  # the folder itself: all of it
+            if not under(path, root):
+                continue
+            if any(part.startswith(".") for part in os.path.relpath(path, root).split(os.sep)):
+                continue
+            if os.path.islink(path) and os.path.isdir(path):
+                continue
+            if os.path.lexists(path) or any(under(k, path) for k in known):
+                picked.add(path)
+        return sorted(picked)
+
+    # ------------------------------------------------------------ watched folders
+    def watch(self, folder: str | os.PathLike) -> str:
+        """Remember ``folder`` as kept in sync for this collection (a watcher syncs it); returns its
+        absolute path. Raises ValueError (one line) for a path that is not a folder, or one that
+        holds this index (the index would index itself) or lies inside it."""
+        root = _absolute(folder)
+        if not os.path.isdir(root):
+            raise ValueError(f"not a folder: {folder}")
+        index_dir = _absolute(self.dir)
+        if under(index_dir, root):
+            raise ValueError(f"{root} holds the index folder {index_dir}: the index would index itself")
+        if under(root, index_dir):
+            raise ValueError(f"{root} is inside the index folder {index_dir}")
+        self.manifest.add_watch(self.config.collection, root)
+        return root
+
+    def unwatch(self, folder: str | os.PathLike) -> bool:
+        """Stop keeping ``folder`` in sync; its documents stay (``remove(folder)`` deletes them).
+        False when it was not watched."""
+        return self.manifest.remove_watch(self.config.collection, _absolute(folder))
+
+    def watched_folders(self) -> list[WatchedFolder]:
+        """This collection's watched folders with their documents' counts, failures and last sync."""
+        docs = self.list_documents()
+        listed = []
+        for w in self.manifest.watches(self.config.collection):
+            mine = [d for d in docs if under(d.path, w.folder)]
+            count = Counter(d.status for d in mine)
+            listed.append(
+                WatchedFolder(
+                    w.folder,
+                    w.collection,
+                    indexed=count["indexed"],
+                    chunks=sum(d.chunks for d in mine if d.status == "indexed"),
+                    failed=tuple((d.path, d.reason) for d in mine if d.status == "failed"),
+                    missing=count["missing"],
+                    stale=count["stale"],
+                    added_at=w.added_at,
+                    last_sync=w.last_sync,
+                    last_error=w.last_error,
+                )
+            )
+        return listed
 
     def _parts(self) -> IndexParts:
         return IndexParts(self.config, self.manifest, self.store, self.chunker, self.embedder, self.build)
@@ -331,14 +420,13 @@ class DocumentIndex:
         """Remove a document, or every document (and failure entry) under a folder; returns how
         many documents were removed. Raises StoreUnavailable, before changing anything, when the
         Chroma server cannot be reached."""
-        target = os.path.abspath(os.path.expanduser(str(path)))
+        target = _absolute(path)
         coll = self.config.collection
-        under = target.rstrip(os.sep) + os.sep
         with self._write_lock(progress):
             self.store.check()
             recover(self.manifest, self.store)
-            paths = [r.path for r in self.manifest.files(coll) if r.path == target or r.path.startswith(under)]
-            paths += [p for p in self.manifest.failures(coll) if p == target or p.startswith(under)]
+            paths = [r.path for r in self.manifest.files(coll) if under(r.path, target)]
+            paths += [p for p in self.manifest.failures(coll) if under(p, target)]
             removed, _ = self.manifest.remove(coll, paths)
             collect_garbage(self.manifest, self.store)
             self._drop_unused_spaces()

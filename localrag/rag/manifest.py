@@ -51,6 +51,9 @@ CREATE TABLE IF NOT EXISTS failures (
     collection TEXT NOT NULL, path TEXT NOT NULL, reason TEXT NOT NULL, at REAL NOT NULL,
     PRIMARY KEY (collection, path));
 CREATE TABLE IF NOT EXISTS generations (collection TEXT PRIMARY KEY, generation INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS watches (
+    collection TEXT NOT NULL, folder TEXT NOT NULL, added_at REAL NOT NULL, last_sync REAL,
+    last_error TEXT NOT NULL DEFAULT '', PRIMARY KEY (collection, folder));
 """
 
 
@@ -68,6 +71,18 @@ class FileRecord:
     chunk_fp: str
     n_chunks: int
     indexed_at: float = 0.0
+
+
+@dataclass(frozen=True)
+class WatchRecord:
+    """A folder a collection keeps in sync: when it was added, when its last sync finished (None:
+    never) and why the last attempt failed ('' when it did not)."""
+
+    collection: str
+    folder: str
+    added_at: float
+    last_sync: float | None = None
+    last_error: str = ""
 
 
 class Manifest:
@@ -116,7 +131,8 @@ class Manifest:
 
     def collections(self) -> list[str]:
         rows = self._db.execute(
-            "SELECT collection FROM files UNION SELECT collection FROM generations ORDER BY 1"
+            "SELECT collection FROM files UNION SELECT collection FROM generations"
+            " UNION SELECT collection FROM watches ORDER BY 1"
         ).fetchall()
         return [r[0] for r in rows]
 
@@ -148,7 +164,46 @@ class Manifest:
         ).fetchone()
         return int(row[0]) if row else 0
 
+    def watches(self, collection: str | None = None) -> list[WatchRecord]:
+        """Watched folders of one collection, or of every collection (None)."""
+        if collection is None:
+            rows = self._db.execute("SELECT * FROM watches ORDER BY collection, folder").fetchall()
+        else:
+            rows = self._db.execute(
+                "SELECT * FROM watches WHERE collection=? ORDER BY folder", (collection,)
+            ).fetchall()
+        return [WatchRecord(*r) for r in rows]
+
     # ------------------------------------------------------------ mutations
+    def add_watch(self, collection: str, folder: str) -> bool:
+        """Remember a watched folder; False when it already was."""
+        with self._tx() as db:
+            cur = db.execute(
+                "INSERT OR IGNORE INTO watches (collection, folder, added_at) VALUES (?,?,?)",
+                (collection, folder, time.time()),
+            )
+            return cur.rowcount == 1
+
+    def remove_watch(self, collection: str, folder: str) -> bool:
+        """Forget a watched folder (its documents stay); False when it was not watched."""
+        with self._tx() as db:
+            cur = db.execute("DELETE FROM watches WHERE collection=? AND folder=?", (collection, folder))
+            return cur.rowcount == 1
+
+    def record_sync(self, collection: str, folder: str, error: str = "") -> None:
+        """A sync of a watched folder ended: done now (``error`` empty), or failed with ``error``
+        (the last good sync time stays). A folder that is not watched is left alone."""
+        with self._tx() as db:
+            if error:
+                db.execute(
+                    "UPDATE watches SET last_error=? WHERE collection=? AND folder=?", (error, collection, folder)
+                )
+            else:
+                db.execute(
+                    "UPDATE watches SET last_sync=?, last_error='' WHERE collection=? AND folder=?",
+                    (time.time(), collection, folder),
+                )
+
     def begin(self, collection: str, path: str, ver: str, space: str) -> None:
         with self._tx() as db:
             db.execute("INSERT INTO pending VALUES (?,?,?,?,?)", (ver, collection, path, space, time.time()))

@@ -121,6 +121,20 @@ class IngestEvent:
     chunks_per_s: float = 0.0
     eta_s: float | None = None
 
+    def progress_line(self) -> str:
+        """'3/10 files · 120 chunks · 45.2 chunks/s · ETA 0:12': the run so far, for a person."""
+        eta = "?" if self.eta_s is None else clock(self.eta_s)
+        return (
+            f"{self.files_done}/{self.total} files · {self.chunks_done} chunks · "
+            f"{self.chunks_per_s:.1f} chunks/s · ETA {eta}"
+        )
+
+
+def clock(seconds: float) -> str:
+    """Seconds as m:ss, or h:mm:ss from an hour."""
+    m, s = divmod(int(round(seconds)), 60)
+    return f"{m // 60}:{m % 60:02d}:{s:02d}" if m >= 60 else f"{m}:{s:02d}"
+
 
 @dataclass(frozen=True)
 class DocumentInfo:
@@ -141,3 +155,30 @@ class DocumentInfo:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class WatchedFolder:
+    """A folder a collection keeps in sync, as the index sees it now.
+
+    ``indexed``: documents under it that are indexed (``chunks`` in all); ``failed``: (path,
+    reason) of its files whose last ingest failed; ``missing``: indexed but gone from disk;
+    ``stale``: to be re-embedded (other model or chunk settings). ``last_sync``: when its last
+    sync finished (None: never), ``last_error``: why the last attempt failed ('' if it did not).
+    """
+
+    folder: str
+    collection: str
+    indexed: int = 0
+    chunks: int = 0
+    failed: tuple[tuple[str, str], ...] = ()
+    missing: int = 0
+    stale: int = 0
+    added_at: float = 0.0
+    last_sync: float | None = None
+    last_error: str = ""
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["failed"] = [{"path": p, "reason": r} for p, r in self.failed]
+        return d

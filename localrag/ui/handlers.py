@@ -14,6 +14,7 @@ raises into the UI: every failure becomes a message the user can read.
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 import time
@@ -24,6 +25,8 @@ from pathlib import Path
 from localrag.models import ModelError, inspect_gguf, list_models, resolve
 from localrag.modes import AnswerRequest
 from localrag.rag.config import IndexConfig
+from localrag.rag.records import IngestEvent, WatchedFolder
+from localrag.rag.watch import FolderState
 from localrag.results import AnswerResult
 from localrag.serving import QueueFull, Ticket, ordinal
 from localrag.ui.history import ChatInfo, Turn, make_title
@@ -261,7 +264,6 @@ class DocsController:
                 events.put(None)
 
         threading.Thread(target=work, name="localrag-ingest", daemon=True).start()
-        total, index = len(staged), 0
         while True:
             ev = events.get()
             if ev is None:
@@ -269,17 +271,14 @@ class DocsController:
             key = ev.path
             if key and key not in rows:
                 rows[key] = [display_path(key, self.s.uploads_dir), "queued", 0, ""]
-            if ev.kind == "start":
-                total = ev.total
-            elif ev.kind == "file_start":
-                index = ev.index
+            if ev.kind == "file_start":
                 rows[key][1] = "reading…"
             elif ev.kind == "chunks":
                 rows[key][1], rows[key][2] = "embedding…", ev.chunks
             elif ev.kind == "file_done":
                 rows[key][1:] = [ev.status, ev.chunks, ev.reason]
             if ev.kind != "done":
-                yield DocsView(list(rows.values()), f"Ingesting file {index} of {total}…")
+                yield DocsView(list(rows.values()), ingest_status(ev))
         if "error" in result:
             yield DocsView(list(rows.values()), f"❌ Ingest failed: {result['error']}", True)
             return
@@ -288,6 +287,74 @@ class DocsController:
                  f"{len(r.failed)} failed", f"{r.chunks} chunks", f"{r.seconds:.1f} s"]
         icon = "⚠️" if r.failed else "✅"
         yield DocsView(list(rows.values()), f"{icon} Done: " + ", ".join(parts), True)
+
+    # ------------------------------------------------------------ watched folders
+    def watch_folder(self, collection: str, path: str) -> str:
+        """Remember a folder of this machine and keep it in sync with ``collection``."""
+        if not self.s.serves_this_machine_only:
+            return ("❌ Watching a folder by its path is offered only when the app serves this machine alone "
+                    "(127.0.0.1, no share link). Use `python -m localrag watch PATH` on the machine instead.")
+        why = self.check_collection(collection)
+        if why:
+            return f"❌ {why}"
+        path = (path or "").strip()
+        if not path:
+            return "Type the path of a folder on this machine first."
+        try:
+            root = self.s.watcher.watch(collection.strip(), path)
+        except (ValueError, OSError) as exc:
+            return f"❌ Cannot watch {path}: {exc}"
+        return (f"👁 Keeping `{root}` in sync with “{collection}”: it is synced now, and later changes "
+                "show within seconds. The app follows it again at every start.")
+
+    def unwatch_folder(self, collection: str, folder: str, delete: bool = False) -> str:
+        """Stop keeping a folder in sync; its documents stay unless ``delete``."""
+        if not folder:
+            return "Pick a watched folder first."
+        try:
+            was, removed = self.s.watcher.unwatch(collection, folder, delete)
+        except Exception as exc:
+            return f"❌ Could not stop watching {folder}: {exc}"
+        if not was:
+            return f"{folder} was not watched."
+        kept = f"removed its {removed} document(s)." if delete else "its documents stay in the collection."
+        return f"Stopped watching `{folder}`; {kept}"
+
+    def watched(self, collection: str) -> list[list]:
+        """Watched folders: folder, what the app is doing with it, files indexed, failed files with
+        their reasons, last sync."""
+        try:
+            folders = self.s.index(collection).watched_folders()
+        except Exception as exc:
+            return [[f"error: {exc}", "", 0, "", ""]]
+        live = {st.folder: st for st in self.s.watch_states(collection)}
+        return [[w.folder, watch_state(w, live.get(w.folder)), w.indexed,
+                 "\n".join(f"{os.path.relpath(p, w.folder)}: {r}" for p, r in w.failed),
+                 "never" if w.last_sync is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(w.last_sync))]
+                for w in folders]
+
+    def watched_choices(self, collection: str) -> list[str]:
+        try:
+            return [w.folder for w in self.s.index(collection).watched_folders()]
+        except Exception:
+            return []
+
+
+def ingest_status(event: IngestEvent) -> str:
+    """The summary line while an ingest runs: files done of all, chunks/s and the ETA, or the wait
+    for another writer (which process holds the index's write lock)."""
+    if event.kind == "waiting":
+        return f"⏳ Waiting for the write lock: {event.reason}"
+    return f"Ingesting: {event.progress_line()}"
+
+
+def watch_state(folder: WatchedFolder, live: FolderState | None) -> str:
+    """'watching', 'syncing: 3/10 files · …', 'folder not found: …'; a folder this app does not
+    follow (remembered by another process) says so, with the last error if there was one."""
+    if live is None:
+        why = f" (last attempt failed: {folder.last_error})" if folder.last_error else ""
+        return "not followed by this app: add it again here, or restart the app" + why
+    return f"{live.state}: {live.detail}" if live.detail else live.state
 
 
 def discard_upload_temps(paths: Sequence[str], temp_dir: Path) -> None:

@@ -10,13 +10,16 @@ OpenAI-compatible API and the MCP tools from one process (one model, one index, 
 
 A model that fails to load does not stop the app: the page opens with the error
 shown and a model picker to load another one. Gradio receives uploads under
-``<data dir>/tmp`` (GRADIO_TEMP_DIR), not in the system's shared temp folder.
+``<data dir>/tmp`` (GRADIO_TEMP_DIR), not in the system's shared temp folder. The folders
+the collections watch are synced at start (catching what changed while the app was down)
+and followed until it exits.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import threading
 import time
@@ -73,6 +76,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[localrag] embedding model ready in {time.perf_counter() - t0:.1f} s", flush=True)
         except Exception as exc:
             print(f"[localrag] embedding model failed to load: {exc}", file=sys.stderr, flush=True)
+        try:  # the watched folders, each synced first (catching what changed while the app was down)
+            n = services.start_watching()
+            if n:
+                print(f"[localrag] following {n} watched folder(s), each synced first", flush=True)
+        except Exception as exc:  # the app still serves; they are synced at the next start
+            print(f"[localrag] watched folders not followed: {exc}", file=sys.stderr, flush=True)
 
     threading.Thread(target=warm, name="localrag-warm", daemon=True).start()
     _step(3, 4, "building the page …")
@@ -81,18 +90,23 @@ def main(argv: list[str] | None = None) -> int:
     from localrag.ui.layout import CSS, HEAD, THEME, build_app  # Gradio: see the first import above
 
     demo = build_app(services).queue(default_concurrency_limit=2)
-    if not cfg.api:  # --no-api, or --share: a public link must not expose the API without a key
-        _step(4, 4, f"serving the page on http://{cfg.host}:{cfg.port}" + (
-            " (+ public share link; the API and MCP tools are off with --share)" if cfg.share else ""))
-        demo.launch(server_name=cfg.host, server_port=cfg.port, share=cfg.share, theme=THEME, css=CSS, head=HEAD,
-                    show_error=False, quiet=False)
-        return 0
-    from localrag.api.app import create_app, run  # FastAPI and mcp: see the first import above
+    try:
+        if not cfg.api:  # --no-api, or --share: a public link must not expose the API without a key
+            _step(4, 4, f"serving the page on http://{cfg.host}:{cfg.port}" + (
+                " (+ public share link; the API and MCP tools are off with --share)" if cfg.share else ""))
+            signal.signal(signal.SIGTERM, signal.default_int_handler)  # like Ctrl-C: Gradio closes, we clean up
+            demo.launch(server_name=cfg.host, server_port=cfg.port, share=cfg.share, theme=THEME, css=CSS,
+                        head=HEAD, show_error=False, quiet=False)
+            return 0
+        from localrag.api.app import create_app, run  # FastAPI and mcp: see the first import above
 
-    app = gr.mount_gradio_app(create_app(services, host=cfg.host, api_key=cfg.api_key), demo, path="/",
-                              theme=THEME, css=CSS, head=HEAD, show_error=False)
-    url = f"http://{cfg.host}:{cfg.port}"
-    _step(4, 4, f"serving on {url} (page), {url}/v1 (OpenAI-compatible API), {url}/mcp (MCP tools)"
-          + (" with an API key" if cfg.api_key else ""))
-    run(app, cfg.host, cfg.port)
-    return 0
+        app = gr.mount_gradio_app(create_app(services, host=cfg.host, api_key=cfg.api_key), demo, path="/",
+                                  theme=THEME, css=CSS, head=HEAD, show_error=False)
+        url = f"http://{cfg.host}:{cfg.port}"
+        _step(4, 4, f"serving on {url} (page), {url}/v1 (OpenAI-compatible API), {url}/mcp (MCP tools)"
+              + (" with an API key" if cfg.api_key else ""))
+        run(app, cfg.host, cfg.port)
+        return 0
+    finally:
+        services.close()  # the folder watchers stop (a running sync ends at its next step)
+

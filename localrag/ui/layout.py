@@ -5,8 +5,8 @@
 
 Left sidebar: saved chats (SQLite). Middle: the chat, question box, Stop /
 Regenerate, accepted-tokens-per-step plot. Right: Documents (collection, drop
-zone for files or a folder, per-file ingest progress, document list, remove)
-and Settings (mode toggle with availability, retrieval k, temperature, max
+zone for files or a folder, ingest progress per file and overall, document list,
+remove, folders kept in sync) and Settings (mode toggle with availability, retrieval k, temperature, max
 tokens, model / draft / GPU layers).
 """
 
@@ -24,6 +24,13 @@ from localrag.ui.handlers import (
 )
 from localrag.ui.services import DEFAULT_COLLECTION, NO_DRAFT, Services, Settings
 
+WATCH_REFRESH_S = 2.0  # how often the page shows the watched folders' states
+WATCH_HELP = ("A folder on this machine, by its path (the app runs here, so it reads the folder in place; a "
+              "dropped folder is a copy). It is indexed now; then every file created, edited, renamed or deleted "
+              "in it shows within seconds, and the app follows it again at every start.")
+WATCH_REFUSED = ("Watching a folder by its path is offered only when the app serves this machine alone "
+                 "(127.0.0.1, no share link): it reads this machine's files. On the machine itself, "
+                 "`python -m localrag watch PATH` keeps a folder in sync.")
 CSS = """
 #chatbot { min-height: 520px; }
 #stats-plot { max-height: 220px; }
@@ -114,6 +121,27 @@ def build_app(services: Services) -> gr.Blocks:
                                                   elem_id="remove-pick", scale=3)
                         remove_btn = gr.Button("🗑 Remove", size="sm", scale=1, elem_id="remove")
                     remove_note = gr.Markdown()
+                    with gr.Accordion("👁 Keep a folder in sync", open=True, elem_id="watch-panel"):
+                        local = services.serves_this_machine_only
+                        gr.Markdown(WATCH_HELP if local else WATCH_REFUSED, elem_classes="small-note")
+                        with gr.Row():
+                            watch_path = gr.Textbox(label="Folder on this machine", placeholder="/home/you/notes",
+                                                    scale=3, elem_id="watch-path", interactive=local)
+                            watch_btn = gr.Button("👁 Keep in sync", size="sm", scale=1, elem_id="watch-add",
+                                                  interactive=local)
+                        watch_note = gr.Markdown(elem_id="watch-note")
+                        watch_list = gr.Dataframe(headers=["folder", "state", "files", "failed files", "last sync"],
+                                                  value=docs.watched(default.collection), label="Watched folders",
+                                                  elem_id="watch-list", interactive=False, wrap=True,
+                                                  column_widths=["26%", "24%", "10%", "22%", "18%"])
+                        with gr.Row():
+                            unwatch_pick = gr.Dropdown(choices=docs.watched_choices(default.collection),
+                                                       label="Stop watching", elem_id="unwatch-pick", scale=3)
+                            unwatch_delete = gr.Checkbox(label="also remove its documents", elem_id="unwatch-delete",
+                                                         scale=2)
+                            unwatch_btn = gr.Button("Stop", size="sm", scale=1, elem_id="unwatch")
+                    watch_timer = gr.Timer(WATCH_REFRESH_S)
+                    syncs_seen = gr.State(0)
                 with gr.Tab("⚙️ Mode & model"):
                     mode = gr.Radio(choices=[(m.label, key) for key, m in services.modes.items()],
                                     value=default.mode, label="Mode", elem_id="mode")
@@ -184,11 +212,43 @@ def build_app(services: Services) -> gr.Blocks:
             return (f"❌ {why}" if why else "", *refresh_docs(coll))
 
         collection.change(pick_collection, [collection], [ingest_summary, doc_list, remove_pick])
+        collection.change(lambda coll: watch_lists(coll or DEFAULT_COLLECTION), [collection],
+                          [watch_list, unwatch_pick])
 
         def remove(coll, path):
             return (docs.remove(coll, path), *refresh_docs(coll))
 
         remove_btn.click(remove, [collection, remove_pick], [remove_note, doc_list, remove_pick])
+
+        # ---------------------------------------------------------------- watched folders
+        def watch_lists(coll):
+            return docs.watched(coll), gr.update(choices=docs.watched_choices(coll), value=None)
+
+        def watch(coll, path):
+            coll = (coll or DEFAULT_COLLECTION).strip()
+            note = docs.watch_folder(coll, path)
+            return (note, *watch_lists(coll), gr.update(choices=docs.collections(), value=coll))
+
+        for trigger in (watch_btn.click, watch_path.submit):
+            trigger(watch, [collection, watch_path], [watch_note, watch_list, unwatch_pick, collection])
+
+        def unwatch(coll, folder, delete):
+            coll = (coll or DEFAULT_COLLECTION).strip()
+            return (docs.unwatch_folder(coll, folder, bool(delete)), *watch_lists(coll), *refresh_docs(coll))
+
+        unwatch_btn.click(unwatch, [collection, unwatch_pick, unwatch_delete],
+                          [watch_note, watch_list, unwatch_pick, doc_list, remove_pick])
+
+        def tick(coll, seen):
+            """Watched folders' states every few seconds; the document list once a sync finished."""
+            coll = (coll or DEFAULT_COLLECTION).strip()
+            done = services.watch_syncs()
+            if done == seen:
+                return docs.watched(coll), gr.skip(), gr.skip(), seen
+            return docs.watched(coll), docs.documents(coll), gr.update(choices=docs.document_choices(coll)), done
+
+        watch_timer.tick(tick, [collection, syncs_seen], [watch_list, doc_list, remove_pick, syncs_seen],
+                         queue=False, show_progress="hidden")
 
         # ---------------------------------------------------------------- settings
         mode.change(conf.mode_note, [mode, draft], [mode_note])
@@ -202,8 +262,9 @@ def build_app(services: Services) -> gr.Blocks:
         load_btn.click(load_model, [model, gpu_layers, mode, draft], [model_status, mode_note])
 
         def on_load(coll):
-            return (gr.update(choices=history_choices(services)), *refresh_docs(coll or DEFAULT_COLLECTION),
-                    services.model_status())
+            coll = coll or DEFAULT_COLLECTION
+            return (gr.update(choices=history_choices(services)), *refresh_docs(coll), services.model_status(),
+                    *watch_lists(coll))
 
-        demo.load(on_load, [collection], [history, doc_list, remove_pick, model_status])
+        demo.load(on_load, [collection], [history, doc_list, remove_pick, model_status, watch_list, unwatch_pick])
     return demo

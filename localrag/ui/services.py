@@ -12,6 +12,7 @@ so the UI can explain unusable choices instead of ignoring them.
 
 from __future__ import annotations
 
+import ipaddress
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from localrag.models import ModelError
 from localrag.modes import MODES, AnswerMode
 from localrag.rag.config import IndexConfig
 from localrag.rag.index import DocumentIndex
+from localrag.rag.watch import FolderState, FolderWatcher
 from localrag.rasd import load_draft
 from localrag.serving import GenerationQueue, QueueFull
 from localrag.ui.history import ChatStore
@@ -85,6 +87,8 @@ class Services:
         self._verifier_error = ""
         self._drafts: dict[str, Backend] = {}
         self._rasd_states: dict[tuple, RasdState] = {}  # the Speedup decoder (what it learned) per (engine, draft)
+        self._watcher: FolderWatcher | None = None
+        self._watcher_lock = threading.Lock()
 
     # ------------------------------------------------------------ models
     def swap_model(self, model: str, gpu_layers: int) -> str:
@@ -180,6 +184,45 @@ class Services:
         names = set(self.index(DEFAULT_COLLECTION).collections()) | set(self._indexes) | {DEFAULT_COLLECTION}
         return sorted(names)
 
+    # ------------------------------------------------------------ watched folders
+    @property
+    def watcher(self) -> FolderWatcher:
+        """Keeps watched folders in sync into this app's indexes (started on first use). Its syncs
+        run on its own thread under each index's write lock; answers never wait for them."""
+        with self._watcher_lock:
+            if self._watcher is None:
+                self._watcher = FolderWatcher(self.index).start()
+            return self._watcher
+
+    def start_watching(self) -> int:
+        """Follow every folder any collection remembers: each is synced first (catching what changed
+        while the app was down), on the watcher's thread. Returns how many."""
+        records = self.index(DEFAULT_COLLECTION).manifest.watches()
+        if records:
+            self.watcher.resume(records)
+        return len(records)
+
+    def watch_states(self, collection: str) -> list[FolderState]:
+        """What the watcher does with each folder of ``collection`` ([] before it started)."""
+        return self._watcher.states(collection) if self._watcher is not None else []
+
+    def watch_syncs(self) -> int:
+        """Syncs the watcher finished so far (0 before it started)."""
+        return self._watcher.completed if self._watcher is not None else 0
+
+    @property
+    def serves_this_machine_only(self) -> bool:
+        """Bound to a loopback address without a share link: only people at this machine reach the
+        page. Watching a folder by its path reads this machine's files, so only then is it offered."""
+        if self.config.share:
+            return False
+        if self.config.host == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(self.config.host).is_loopback
+        except ValueError:
+            return False
+
     # ------------------------------------------------------------ answering
     def answerer(self, settings: Settings) -> tuple[Answerer, list[str]]:
         """An Answerer for these settings plus notes on anything that was not usable."""
@@ -201,6 +244,8 @@ class Services:
         return answerer, notes
 
     def close(self) -> None:
+        if self._watcher is not None:
+            self._watcher.stop()
         self.history.close()
         for idx in self._indexes.values():
             idx.close()

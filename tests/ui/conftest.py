@@ -106,6 +106,9 @@ class FakeIndex:
     def list_documents(self) -> list[DocumentInfo]:
         return [DocumentInfo(p, n, "indexed") for p, n in sorted(self.docs.items())]
 
+    def watched_folders(self) -> list:
+        return []  # watching is tested on the real index (test_docs_watch.py)
+
     def remove(self, path) -> int:
         return 1 if self.docs.pop(os.path.abspath(str(path)), None) is not None else 0
 

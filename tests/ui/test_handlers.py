@@ -273,7 +273,7 @@ def test_ingest_progress_results_and_sanitized_names(make_services, tmp_path):
     docs = DocsController(s)
     views = run(docs.ingest([up / "a.md", up / "b.txt", up / "corrupt.pdf"], "default",
                             names=["../../evil.md", "b.txt", "corrupt.pdf"]))
-    assert any("Ingesting file" in v.summary for v in views[:-1])
+    assert any(v.summary.startswith("Ingesting: ") and " files · " in v.summary for v in views[:-1])
     final = views[-1]
     assert final.done and "1 failed" in final.summary and "2 added" in final.summary
     rows = {r[0]: r for r in final.rows}

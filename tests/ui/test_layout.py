@@ -29,7 +29,8 @@ def test_page_builds(make_services):
     assert isinstance(demo, gr.Blocks)
     ids = {getattr(b, "elem_id", None) for b in demo.blocks.values()}
     assert {"chatbot", "question", "send", "stop", "regenerate", "history", "upload-files", "upload-folder",
-            "collection", "doc-list", "mode", "mode-note", "draft", "stats-plot"} <= ids
+            "collection", "doc-list", "mode", "mode-note", "draft", "stats-plot", "watch-path", "watch-add",
+            "watch-list", "unwatch-pick", "unwatch-delete", "unwatch"} <= ids
 
 
 def test_parse_args_api(monkeypatch):
