@@ -380,7 +380,7 @@ class AnswerEvidence:
 
     sentences: tuple[SentenceEvidence, ...]
     score: float  # the answer's support: ``support`` adjusted by how well the evidence meets the question
-    supported: bool  # score >= the refusal threshold
+    supported: bool  # score >= the refusal threshold, and at least one sentence supported
     cited: tuple[str, ...]  # chunk ids of supporting chunks, in order of first use
     also_searched: tuple[str, ...]  # retrieved chunks that support no sentence
     support: float = 0.0  # content-weighted mean of the sentence scores

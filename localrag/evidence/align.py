@@ -159,7 +159,10 @@ class EvidenceAligner:
         confirmed = sum(self._confirms(cp, answer, found, chunks) for cp in copied)
         stats = AlignmentStats(time.perf_counter() - t0, sum(j is not None for j in judged), judge_seconds,
                                len(copied), confirmed)
-        return AnswerEvidence(sentences, score, score >= self.config.refusal_threshold, cited, also,
+        # supported: the score reaches the threshold and at least one sentence is supported (an answer
+        # none of whose sentences the documents hold is never presented as backed by them)
+        supported = score >= self.config.refusal_threshold and bool(cited)
+        return AnswerEvidence(sentences, score, supported, cited, also,
                               support=support, context=context, novel=novel, unmatched=unmatched,
                               relevance=relevance, threshold=self.config.refusal_threshold, stats=stats,
                               copied=tuple(copied))
