@@ -1,5 +1,8 @@
-"""The answer layer's shared core: the loaded models, the document indexes, retrieval, and the
-standard-RAG prompt. Answering modes (``localrag.modes``) run on top of one ``Answerer``:
+"""The answer layer's shared core: the loaded models, the document indexes, retrieval, the
+standard-RAG prompt, and the check every answer goes through before it is shown: its sentence-level
+evidence in the chunks it was written from (``Answerer.check``), the citations computed from that
+evidence, and honest refusal when the documents do not support it (``checked_result``,
+``apply_policy``). Answering modes (``localrag.modes``) run on top of one ``Answerer``:
 
     answerer = Answerer(Engine.load(ModelConfig()), DocumentIndex(IndexConfig()))
     mode = get_mode("plain")                       # localrag.modes: plain | rasd | grounded
@@ -19,11 +22,21 @@ from dataclasses import dataclass, field
 from localrag.backends.base import Backend
 from localrag.config import GenerationConfig, GroundedConfig, RasdConfig
 from localrag.engine import Engine
+from localrag.evidence import EvidenceAligner, EvidenceConfig, split_citations
 from localrag.grounded import GroundedPipeline
 from localrag.rag.index import DocumentIndex
 from localrag.rag.records import Hit
 from localrag.rasd import RasdDecoder
-from localrag.results import RetrievalStats
+from localrag.results import (
+    ON_UNSUPPORTED,
+    AnswerEvidence,
+    AnswerResult,
+    AnswerStats,
+    ChunkLike,
+    CopiedSpan,
+    GroundedDraft,
+    RetrievalStats,
+)
 
 RAG_INSTRUCTIONS = (
     "Answer the question using only the numbered sources below. Be brief and specific. "
@@ -45,6 +58,43 @@ def rag_messages(question: str, hits: Sequence[Hit], history: Sequence[dict],
     msgs += [{"role": m["role"], "content": m["content"]} for m in history if m.get("role") in ("user", "assistant")]
     msgs.append({"role": "user", "content": question})
     return msgs
+
+
+def unsupported_reason(evidence: AnswerEvidence | None) -> str:
+    """Why the documents do not support an answer, in words."""
+    if evidence is None or not evidence.sentences:
+        return "no answer was written"
+    if not evidence.cited:
+        return "nothing in the answer was found in them"
+    return f"its support {evidence.score:.3f} is below the calibrated threshold {evidence.threshold:.3f}"
+
+
+def refusal_message(why: str, searched: str) -> str:
+    return f"Your documents do not support an answer to this question ({why}).\nWhat was searched: {searched}"
+
+
+def apply_policy(result: AnswerResult, on_unsupported: str, why: str = "") -> AnswerResult:
+    """What an answer the documents do not support gets: "warn" shows it with a warning, "refuse"
+    shows a refusal instead (saying what was searched) and keeps the text, labelled unsupported;
+    without any text (nothing was retrieved, every draft declined) there is only the refusal.
+    ``why``: the mode's own reason (Grounded: no draft passed its verifier); default: the evidence's."""
+    if on_unsupported not in ON_UNSUPPORTED:
+        raise ValueError(f"on_unsupported must be one of {', '.join(ON_UNSUPPORTED)}, not {on_unsupported!r}")
+    result.on_unsupported = on_unsupported
+    if not result.supported and (on_unsupported == "refuse" or not result.text.strip()):  # nothing to warn about
+        result.refusal = refusal_message(why or unsupported_reason(result.evidence), result.searched)
+    return result
+
+
+def checked_result(text: str, mode: str, evidence: AnswerEvidence, retrieved: Sequence[ChunkLike], stats: AnswerStats,
+                   searched: str, on_unsupported: str, drafts: Sequence[GroundedDraft] = ()) -> AnswerResult:
+    """The AnswerResult of a checked answer: the citations are the chunks its evidence cites, in order
+    of first use; the other retrieved chunks are listed apart (also searched); the policy decides
+    what an unsupported answer gets (``apply_policy``)."""
+    citations, also = split_citations(evidence, retrieved)
+    result = AnswerResult(text=text, mode=mode, citations=citations, supported=evidence.supported, stats=stats,
+                          searched=searched, drafts=list(drafts), also_searched=also, evidence=evidence)
+    return apply_policy(result, on_unsupported)
 
 
 @dataclass
@@ -82,6 +132,8 @@ class Answerer:
     grounded_config: GroundedConfig = field(default_factory=GroundedConfig)
     instructions: str = RAG_INSTRUCTIONS
     rasd_state: RasdState = field(default_factory=RasdState)
+    evidence_config: EvidenceConfig = field(default_factory=EvidenceConfig)
+    aligner: EvidenceAligner | None = None  # made on first use with the index's embedder; share one across answers
     _indexes: dict[str, DocumentIndex] = field(default_factory=dict, repr=False)
     _pipeline: GroundedPipeline | None = field(default=None, repr=False)
 
@@ -125,8 +177,23 @@ class Answerer:
         self.rasd_state.decoder.set_documents(documents)
         return self.rasd_state.decoder
 
+    # ------------------------------------------------------------ the check
+    def evidence_aligner(self) -> EvidenceAligner:
+        """The aligner every mode checks its answers with, on the index's already-loaded embedder."""
+        if self.aligner is None:
+            embedder = self.index.embedder if self.index is not None else None
+            self.aligner = EvidenceAligner(embedder, config=self.evidence_config)
+        return self.aligner
+
+    def check(self, text: str, question: str, chunks: Sequence[ChunkLike],
+              copied: Sequence[CopiedSpan] = ()) -> AnswerEvidence:
+        """The sentence-level evidence of ``text`` in the chunks it was written from. ``copied``: the
+        spans the decoder copied from them (Speedup), checked against the alignment and kept with it."""
+        return self.evidence_aligner().align(text, chunks, question=question, copied=copied)
+
     @property
     def grounded_pipeline(self) -> GroundedPipeline:
         if self._pipeline is None:
-            self._pipeline = GroundedPipeline(self.engine, self.verifier or self.engine, self.grounded_config)
+            self._pipeline = GroundedPipeline(self.engine, self.verifier or self.engine, self.grounded_config,
+                                              aligner=self.evidence_aligner())
         return self._pipeline

@@ -270,21 +270,194 @@ class AnswerStats:
         return cls(**d)
 
 
+# --------------------------------------------------------------------------- evidence
+@dataclass(frozen=True)
+class CopiedSpan:
+    """Answer characters [answer_start, answer_end) were copied from chunk_id's text [start, end)
+    (a decoder's copy provenance: Speedup accepting tokens from a retrieval node)."""
+
+    answer_start: int
+    answer_end: int
+    chunk_id: str
+    start: int
+    end: int
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> CopiedSpan:
+        return cls(**_known(cls, data))
+
+
+@dataclass(frozen=True)
+class EvidenceSpan:
+    """A supporting passage: characters [start, end) of the chunk's text, and where the chunk is."""
+
+    chunk_id: str
+    start: int
+    end: int
+    file: str
+    page: int | None
+    line_start: int | None
+    line_end: int | None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> EvidenceSpan:
+        d = {"page": None, "line_start": None, "line_end": None, "file": ""} | _known(cls, data)
+        return cls(**d)
+
+
+@dataclass(frozen=True)
+class Signals:
+    """One sentence's evidence signals (``localrag.evidence``)."""
+
+    exact: float
+    overlap: float
+    embedding: float | None
+    missing: tuple[str, ...]
+    judge: float | None = None
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "missing": list(self.missing)}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Signals:
+        d = {"exact": 0.0, "overlap": 0.0, "embedding": None} | _known(cls, data)
+        return cls(**{**d, "missing": tuple(d.get("missing") or ())})
+
+
+@dataclass(frozen=True)
+class SentenceEvidence:
+    """One sentence of an answer: where it sits, what supports it, its score in [0, 1]."""
+
+    text: str
+    start: int  # character offsets in the answer
+    end: int
+    spans: tuple[EvidenceSpan, ...]
+    score: float
+    supported: bool
+    reason: str  # why not supported ('' when supported)
+    signals: Signals
+
+    def to_dict(self) -> dict:
+        return {"text": self.text, "start": self.start, "end": self.end, "spans": [s.to_dict() for s in self.spans],
+                "score": self.score, "supported": self.supported, "reason": self.reason,
+                "signals": self.signals.to_dict()}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> SentenceEvidence:
+        return cls(text=data.get("text", ""), start=int(data.get("start", 0)), end=int(data.get("end", 0)),
+                   spans=tuple(EvidenceSpan.from_dict(s) for s in data.get("spans") or ()),
+                   score=float(data.get("score", 0.0)), supported=bool(data.get("supported", False)),
+                   reason=data.get("reason", ""), signals=Signals.from_dict(data.get("signals") or {}))
+
+
+@dataclass(frozen=True)
+class AlignmentStats:
+    seconds: float
+    judged: int = 0  # sentences the judge scored
+    judge_seconds: float = 0.0
+    copied_given: int = 0  # provenance spans passed in
+    copied_confirmed: int = 0  # ... that the alignment found as exact matches of the same chunk text
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> AlignmentStats:
+        return cls(**({"seconds": 0.0} | _known(cls, data)))
+
+
+@dataclass(frozen=True)
+class AnswerEvidence:
+    """Which sentences of an answer the retrieved chunks support, and where (``localrag.evidence``).
+    Equality compares the evidence only, not the timing stats or the copy provenance (so one text
+    gets equal evidence in Plain and in Speedup, which also reports what it copied)."""
+
+    sentences: tuple[SentenceEvidence, ...]
+    score: float  # the answer's support: ``support`` adjusted by how well the evidence meets the question
+    supported: bool  # score >= the refusal threshold, and at least one sentence supported
+    cited: tuple[str, ...]  # chunk ids of supporting chunks, in order of first use
+    also_searched: tuple[str, ...]  # retrieved chunks that support no sentence
+    support: float = 0.0  # content-weighted mean of the sentence scores
+    context: float = 1.0  # share of the question's content words in the answer or its evidence
+    novel: float = 0.0  # share of the answer's new content words (not in the question) found in its evidence
+    unmatched: tuple[str, ...] = ()  # numbers and names of the question the evidence does not contain
+    relevance: float | None = None  # highest cosine of the question to an evidence window (with an embedder)
+    threshold: float = 0.0  # the refusal threshold ``supported`` was decided by
+    stats: AlignmentStats = field(compare=False, default=AlignmentStats(0.0))
+    copied: tuple[CopiedSpan, ...] = field(compare=False, default=())  # the decoder's copy provenance
+
+    @property
+    def seconds(self) -> float:
+        return self.stats.seconds
+
+    def to_dict(self) -> dict:
+        return {"sentences": [s.to_dict() for s in self.sentences], "score": self.score,
+                "supported": self.supported, "cited": list(self.cited), "also_searched": list(self.also_searched),
+                "support": self.support, "context": self.context, "novel": self.novel,
+                "unmatched": list(self.unmatched), "relevance": self.relevance, "threshold": self.threshold,
+                "stats": self.stats.to_dict(), "copied": [c.to_dict() for c in self.copied]}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> AnswerEvidence:
+        d = _known(cls, data)
+        return cls(**{**d, "sentences": tuple(SentenceEvidence.from_dict(s) for s in d.get("sentences") or ()),
+                      "score": float(d.get("score", 0.0)), "supported": bool(d.get("supported", False)),
+                      "cited": tuple(d.get("cited") or ()), "also_searched": tuple(d.get("also_searched") or ()),
+                      "unmatched": tuple(d.get("unmatched") or ()),
+                      "stats": AlignmentStats.from_dict(d.get("stats") or {}),
+                      "copied": tuple(CopiedSpan.from_dict(c) for c in d.get("copied") or ())})
+
+
 # --------------------------------------------------------------------------- answers
+ON_UNSUPPORTED = ("warn", "refuse")  # what an answer the documents do not support gets
+
+
 @dataclass
 class AnswerResult:
-    """The end of every answer stream: the text and everything shown under it."""
+    """The end of every answer stream: the text and everything shown under it.
+
+    ``text`` is what the model wrote (the evidence's character offsets point into it). When the
+    documents do not support it and the asker chose to refuse, ``refusal`` is what is shown instead,
+    and the text stays available, labelled as unsupported."""
 
     text: str
     mode: str
-    citations: list[Citation]
-    supported: bool
+    citations: list[Citation]  # the chunks that support the answer, in order of first use: [1], [2], ...
+    supported: bool  # the answer's support reached the calibrated threshold
     stats: AnswerStats
     searched: str  # what was searched (query, collection, k), in words
     drafts: list[GroundedDraft] = field(default_factory=list)  # Grounded mode: every draft, best first
+    also_searched: list[Citation] = field(default_factory=list)  # retrieved chunks that support nothing
+    evidence: AnswerEvidence | None = None  # per sentence: its supporting spans, score, supported
+    refusal: str = ""  # refused: the message shown instead of the text ('' when the text is the answer)
+    on_unsupported: str = "warn"  # the policy applied: warn | refuse
+
+    @property
+    def refused(self) -> bool:
+        return bool(self.refusal)
 
     def to_dict(self) -> dict:
         return {"text": self.text, "mode": self.mode, "supported": self.supported, "searched": self.searched,
-                "citations": [c.to_dict() for c in self.citations], "drafts": [d.to_dict() for d in self.drafts],
-                "stats": self.stats.to_dict()}
+                "refused": self.refused, "refusal": self.refusal, "on_unsupported": self.on_unsupported,
+                "citations": [c.to_dict() for c in self.citations],
+                "also_searched": [c.to_dict() for c in self.also_searched],
+                "evidence": self.evidence.to_dict() if self.evidence is not None else None,
+                "drafts": [d.to_dict() for d in self.drafts], "stats": self.stats.to_dict()}
 
+    @classmethod
+    def from_dict(cls, data: dict) -> AnswerResult:
+        evidence = data.get("evidence")
+        return cls(text=data.get("text") or "", mode=data.get("mode") or "",
+                   citations=[Citation.from_dict(c) for c in data.get("citations") or []],
+                   supported=bool(data.get("supported", False)),
+                   stats=AnswerStats.from_dict(data.get("stats") or {}), searched=data.get("searched") or "",
+                   drafts=[GroundedDraft.from_dict(d) for d in data.get("drafts") or []],
+                   also_searched=[Citation.from_dict(c) for c in data.get("also_searched") or []],
+                   evidence=AnswerEvidence.from_dict(evidence) if evidence else None,
+                   refusal=data.get("refusal") or "", on_unsupported=data.get("on_unsupported") or "warn")

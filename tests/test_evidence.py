@@ -5,11 +5,13 @@ Run: .venv/bin/python -m pytest tests/test_evidence.py -q
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 import pytest
 
 from localrag.evidence import (
+    AnswerEvidence,
     CopiedSpan,
     EvidenceAligner,
     EvidenceConfig,
@@ -17,6 +19,7 @@ from localrag.evidence import (
     split_sentences,
     word_tokens,
 )
+from localrag.results import AnswerResult, AnswerStats
 
 
 @dataclass(frozen=True)
@@ -209,3 +212,19 @@ def test_the_judge_is_timed_and_skipped_past_its_budget():
     assert calls[0] == ("When are invoices due? Invoices are due within 14 days of receipt.",
                         "Invoices are due within 14 days of receipt.")
     assert ev.sentences[0].signals.judge == 0.9 and ev.sentences[1].signals.judge is None
+
+
+def test_evidence_and_the_answer_result_holding_it_survive_json(aligner):
+    """The chat history stores results as JSON: what is read back equals what was written, the
+    copy provenance and the alignment stats included."""
+    answer = "The mirror was polished by Marta Ilves in 1998. It is 4.5 metres wide."
+    copied = [CopiedSpan(4, 26, "zephyr", ZEPHYR.text.index("mirror was"), ZEPHYR.text.index("mirror was") + 22)]
+    ev = aligner.align(answer, CHUNKS, question=QUESTION, copied=copied)
+    assert ev.copied == tuple(copied) and ev.stats.copied_given == 1
+    back = AnswerEvidence.from_dict(json.loads(json.dumps(ev.to_dict())))
+    assert back == ev and back.copied == ev.copied and back.stats == ev.stats
+    assert [s.supported for s in back.sentences] == [True, False] and back.sentences[1].signals.missing == ("4.5",)
+    result = AnswerResult(text=answer, mode="rasd", citations=[], supported=ev.supported, stats=AnswerStats(mode="rasd"),
+                          searched="searched", evidence=ev, refusal="Your documents do not support an answer.")
+    again = AnswerResult.from_dict(json.loads(json.dumps(result.to_dict())))
+    assert again == result and again.refused and again.to_dict()["evidence"]["sentences"][1]["supported"] is False

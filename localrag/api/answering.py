@@ -2,9 +2,13 @@
 ``/v1/chat/completions`` and the MCP ``ask_documents`` tool.
 
 With a ``collection``, the answer is grounded: the mode from the registry answers the last user
-message over the collection (its earlier turns as history), exactly as the UI would. Without
-one, it is plain chat with the model on the client's own messages (Speedup mode speculates from
-the conversation). Either way ``answer_chat`` yields text pieces, then one ``ApiAnswer``.
+message over the collection (its earlier turns as history), exactly as the UI would, and the
+answer is checked against the documents (computed citations, the evidence of every sentence).
+When the documents do not support it and the request (or the mode) refuses, the content is the
+refusal and the text is kept in ``localrag.unsupported_answer``; in that case nothing is streamed
+before the check. Without a collection, it is plain chat with the model on the client's own
+messages (Speedup mode speculates from the conversation). Either way ``answer_chat`` yields text
+pieces, then one ``ApiAnswer``.
 
     ticket = services.queue.submit("api")
     if services.queue.wait_turn(ticket):
@@ -20,10 +24,11 @@ from dataclasses import dataclass, field
 
 from localrag.api.errors import ApiError
 from localrag.api.schemas import ChatRequest
+from localrag.evidence import mark_citations
 from localrag.models import ModelError, list_models
 from localrag.modes import AnswerMode, AnswerRequest, get_mode
 from localrag.rag.config import IndexConfig
-from localrag.results import AnswerResult, AnswerStats, Citation, RetrievalStats
+from localrag.results import AnswerEvidence, AnswerResult, AnswerStats, Citation, RetrievalStats
 from localrag.serving import Ticket
 from localrag.ui.services import LOAD_ERRORS, Services, Settings
 
@@ -32,22 +37,35 @@ CONTEXT_MARGIN = 8  # tokens kept free at the end of the context
 
 @dataclass
 class Grounding:
-    """What a grounded answer carries beside its text (the response's ``localrag`` field)."""
+    """What a grounded answer carries beside its text (the response's ``localrag`` field): the
+    computed citations (the chunks that support the answer, in order of first use; marker [n] is
+    citation n), the retrieved chunks that support nothing, the answer with its markers, whether
+    the documents support it, and the evidence of every sentence (its spans, score, supported)."""
 
     citations: list[Citation]
     supported: bool
     searched: str
-    # The sentence-level evidence (issue 15: which sentence rests on which source), one entry
-    # per answer sentence, once AnswerResult carries it; None until then.
-    evidence: list[dict] | None = None
+    evidence: AnswerEvidence | None = None
+    also_searched: list[Citation] = field(default_factory=list)
+    answer_with_citations: str = ""  # the answer with [n] after each supported sentence
+    refused: bool = False  # the content is the refusal; the answer is in ``unsupported_answer``
+    unsupported_answer: str | None = None
+    on_unsupported: str = "warn"
 
     @classmethod
     def from_result(cls, result: AnswerResult) -> Grounding:
-        return cls(citations=list(result.citations), supported=result.supported, searched=result.searched)
+        marked = mark_citations(result.text, result.evidence).text if result.evidence is not None else result.text
+        return cls(citations=list(result.citations), supported=result.supported, searched=result.searched,
+                   evidence=result.evidence, also_searched=list(result.also_searched),
+                   answer_with_citations="" if result.refused else marked, refused=result.refused,
+                   unsupported_answer=result.text if result.refused else None, on_unsupported=result.on_unsupported)
 
     def to_dict(self) -> dict:
-        return {"citations": [c.to_dict() for c in self.citations], "supported": self.supported,
-                "searched": self.searched, "evidence": self.evidence}
+        return {"citations": [c.to_dict() for c in self.citations],
+                "also_searched": [c.to_dict() for c in self.also_searched], "supported": self.supported,
+                "refused": self.refused, "on_unsupported": self.on_unsupported, "searched": self.searched,
+                "answer_with_citations": self.answer_with_citations, "unsupported_answer": self.unsupported_answer,
+                "evidence": self.evidence.to_dict() if self.evidence is not None else None}
 
 
 @dataclass
@@ -152,18 +170,22 @@ def _grounded(services: Services, req: ChatRequest, mode: AnswerMode, ticket: Ti
     services.ensure_embedder()
     answerer, notes = services.answerer(Settings(mode=mode.id, collection=req.collection, k=req.k))
     request = AnswerRequest(req.question, req.history, req.gen, k=req.k, collection=req.collection,
-                            cancel=ticket.cancel)
+                            cancel=ticket.cancel, on_unsupported=req.on_unsupported)
+    held = mode.policy(request) == "refuse"  # a refusal replaces the text: nothing is sent before the check
     pieces, result = [], None
     for item in mode.stream(answerer, request):
         if isinstance(item, AnswerResult):
             result = item
         else:
             pieces.append(item)
-            yield item
+            if not held:
+                yield item
     if result is None:
         raise RuntimeError(f"mode {mode.id} ended without a result")
     gen = result.stats.generation
-    text = "".join(pieces)
+    text = result.refusal if result.refused else "".join(pieces)
+    if held and text:
+        yield text
     if gen is not None:
         prompt_tokens, completion_tokens, reason = gen.prompt_tokens, gen.generated_tokens, gen.stop_reason
     else:  # Grounded: the chosen draft, written by the drafter

@@ -57,6 +57,7 @@ class _ChatBody(_Body):
     collection: str | None = Field(default=None, min_length=1)
     mode: str = "plain"
     k: int = Field(default=5, ge=1, le=20)
+    on_unsupported: Literal["warn", "refuse"] | None = None  # None: the mode's default
 
 
 class _EmbeddingBody(_Body):
@@ -77,6 +78,7 @@ class ChatRequest:
     collection: str | None
     mode: str
     k: int
+    on_unsupported: str | None = None  # warn | refuse | None: the mode's default
 
     @property
     def question(self) -> str:
@@ -132,7 +134,8 @@ def parse_chat(data: dict) -> ChatRequest:
                            top_p=body.top_p, seed=body.seed, stop=stop)
     include_usage = body.stream_options.include_usage if body.stream_options else False
     return ChatRequest(model=body.model, messages=messages, gen=gen, stream=body.stream,
-                       include_usage=include_usage, collection=body.collection, mode=body.mode, k=body.k)
+                       include_usage=include_usage, collection=body.collection, mode=body.mode, k=body.k,
+                       on_unsupported=body.on_unsupported)
 
 
 def parse_embeddings(data: dict) -> EmbeddingRequest:

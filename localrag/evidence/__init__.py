@@ -30,28 +30,29 @@ not cover it all: an answer that joins two passages):
 The score is a logistic combination of the signals whose weights, and the thresholds, are fitted
 on a calibration split kept apart from the reported one (:class:`EvidenceConfig`).
 
+The records (``AnswerEvidence`` and what it holds, ``CopiedSpan``) are defined in ``localrag.results``
+beside the ``AnswerResult`` that carries them, and re-exported here.
+
 Copy provenance: a decoder that copied answer text from a chunk (RASD accepting retrieval tokens)
 can pass those spans as ``copied``. The exact-match signal finds every copied run by itself, so the
 evidence does not depend on them (the same answer text gets the same evidence in every mode); they
 are checked against the alignment and the check is counted in the stats.
 """
 
-from localrag.evidence.align import EvidenceAligner, VerifierJudge, mark_citations
-from localrag.evidence.records import (
-    AlignmentStats,
-    AnswerEvidence,
-    CopiedSpan,
-    Embedder,
-    EvidenceChunk,
-    EvidenceConfig,
-    EvidenceSpan,
-    Judge,
-    MarkedAnswer,
-    SentenceEvidence,
-    Signals,
-)
+from localrag.evidence.align import EvidenceAligner, VerifierJudge
+from localrag.evidence.citations import mark_citations, split_citations
+from localrag.evidence.records import Embedder, EvidenceChunk, EvidenceConfig, Judge, MarkedAnswer
 from localrag.evidence.text import Token, Tokenizer, entity_words, split_sentences, stem, word_tokens
+from localrag.results import (
+           AlignmentStats,
+           AnswerEvidence,
+           CopiedSpan,
+           EvidenceSpan,
+           SentenceEvidence,
+           Signals,
+)
 
 __all__ = ["AlignmentStats", "AnswerEvidence", "CopiedSpan", "Embedder", "EvidenceAligner", "EvidenceChunk",
            "EvidenceConfig", "EvidenceSpan", "Judge", "MarkedAnswer", "SentenceEvidence", "Signals", "Token",
-           "Tokenizer", "VerifierJudge", "entity_words", "mark_citations", "split_sentences", "stem", "word_tokens"]
+           "Tokenizer", "VerifierJudge", "entity_words", "mark_citations", "split_citations", "split_sentences",
+           "stem", "word_tokens"]

@@ -12,19 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from localrag.evidence.records import (
-    AlignmentStats,
-    AnswerEvidence,
-    CopiedSpan,
-    Embedder,
-    EvidenceChunk,
-    EvidenceConfig,
-    EvidenceSpan,
-    Judge,
-    MarkedAnswer,
-    SentenceEvidence,
-    Signals,
-)
+from localrag.evidence.records import Embedder, EvidenceChunk, EvidenceConfig, Judge
 from localrag.evidence.text import (
     Token,
     Tokenizer,
@@ -35,6 +23,14 @@ from localrag.evidence.text import (
     word_tokens,
 )
 from localrag.rasd.retrieval import SuffixIndex
+from localrag.results import (
+    AlignmentStats,
+    AnswerEvidence,
+    CopiedSpan,
+    EvidenceSpan,
+    SentenceEvidence,
+    Signals,
+)
 
 
 def _sigmoid(z: float) -> float:
@@ -163,8 +159,13 @@ class EvidenceAligner:
         confirmed = sum(self._confirms(cp, answer, found, chunks) for cp in copied)
         stats = AlignmentStats(time.perf_counter() - t0, sum(j is not None for j in judged), judge_seconds,
                                len(copied), confirmed)
-        return AnswerEvidence(sentences, score, score >= self.config.refusal_threshold, cited, also,
-                              support, context, novel, unmatched, relevance, stats)
+        # supported: the score reaches the threshold and at least one sentence is supported (an answer
+        # none of whose sentences the documents hold is never presented as backed by them)
+        supported = score >= self.config.refusal_threshold and bool(cited)
+        return AnswerEvidence(sentences, score, supported, cited, also,
+                              support=support, context=context, novel=novel, unmatched=unmatched,
+                              relevance=relevance, threshold=self.config.refusal_threshold, stats=stats,
+                              copied=tuple(copied))
 
     def _sentence(self, answer: str, a: int, b: int, chunks: Sequence[EvidenceChunk],
                   prepared: list[_PreparedChunk], question_stems: set[str]) -> _Found:
@@ -391,19 +392,3 @@ class VerifierJudge:
         yes, no = float(logits[self.yes]), float(logits[self.no])
         self.backend.reset()
         return _sigmoid(yes - no)
-
-
-# ------------------------------------------------------------------ citation markers
-def mark_citations(answer: str, evidence: AnswerEvidence) -> MarkedAnswer:
-    """The answer with ``[n]`` after every supported sentence, n numbering the cited chunks in
-    order of first use (``evidence.cited``)."""
-    number = {cid: k for k, cid in enumerate(evidence.cited, start=1)}
-    pieces, at = [], 0
-    for s in evidence.sentences:
-        if not s.supported:
-            continue
-        marks = "".join(f"[{number[c]}]" for c in dict.fromkeys(sp.chunk_id for sp in s.spans))
-        pieces += [answer[at:s.end], marks]
-        at = s.end
-    pieces.append(answer[at:])
-    return MarkedAnswer("".join(pieces), evidence.cited)

@@ -1,9 +1,13 @@
-"""What the evidence aligner reads and returns, and its calibrated constants."""
+"""What the evidence aligner reads, its calibrated constants, and the marked answer it returns.
+
+The evidence records themselves (``AnswerEvidence``, ``SentenceEvidence``, ``EvidenceSpan``,
+``Signals``, ``AlignmentStats``, ``CopiedSpan``) live in ``localrag.results``, beside the
+``AnswerResult`` that carries them."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
@@ -36,82 +40,7 @@ class Embedder(Protocol):
 Judge = Callable[[str, str], float]  # (claim, evidence text) -> P(the evidence supports the claim)
 
 
-@dataclass(frozen=True)
-class CopiedSpan:
-    """Answer characters [answer_start, answer_end) were copied from chunk_id's text [start, end)."""
-
-    answer_start: int
-    answer_end: int
-    chunk_id: str
-    start: int
-    end: int
-
-
 # ------------------------------------------------------------------ outputs
-@dataclass(frozen=True)
-class EvidenceSpan:
-    """A supporting passage: characters [start, end) of the chunk's text, and where the chunk is."""
-
-    chunk_id: str
-    start: int
-    end: int
-    file: str
-    page: int | None
-    line_start: int | None
-    line_end: int | None
-
-
-@dataclass(frozen=True)
-class Signals:
-    exact: float
-    overlap: float
-    embedding: float | None
-    missing: tuple[str, ...]
-    judge: float | None = None
-
-
-@dataclass(frozen=True)
-class SentenceEvidence:
-    text: str
-    start: int  # character offsets in the answer
-    end: int
-    spans: tuple[EvidenceSpan, ...]
-    score: float
-    supported: bool
-    reason: str  # why not supported ('' when supported)
-    signals: Signals
-
-
-@dataclass(frozen=True)
-class AlignmentStats:
-    seconds: float
-    judged: int = 0  # sentences the judge scored
-    judge_seconds: float = 0.0
-    copied_given: int = 0  # provenance spans passed in
-    copied_confirmed: int = 0  # ... that the alignment found as exact matches of the same chunk text
-
-
-@dataclass(frozen=True)
-class AnswerEvidence:
-    """Equality compares the evidence only (not the timing and provenance stats)."""
-
-    sentences: tuple[SentenceEvidence, ...]
-    score: float  # the answer's support: ``support`` adjusted by how well the evidence meets the question
-    supported: bool  # score >= the refusal threshold
-    cited: tuple[str, ...]  # chunk ids of supporting chunks, in order of first use
-    also_searched: tuple[str, ...]  # retrieved chunks that support no sentence
-    support: float = 0.0  # content-weighted mean of the sentence scores
-    context: float = 1.0  # share of the question's content words in the answer or its evidence
-    novel: float = 0.0  # share of the answer's new content words (not in the question) found in its evidence
-    unmatched: tuple[str, ...] = ()  # numbers and names of the question the evidence does not contain
-    relevance: float | None = None  # highest cosine of the question to an evidence window (with an embedder)
-    stats: AlignmentStats = field(compare=False, default=AlignmentStats(0.0))
-
-    @property
-    def seconds(self) -> float:
-        return self.stats.seconds
-
-
 @dataclass(frozen=True)
 class MarkedAnswer:
     text: str  # the answer with [n] after each supported sentence

@@ -14,6 +14,9 @@ Pipeline, one function per phase:
     score_drafts    the verifier scores each draft's TEXT (its own tokenizer) in one pass over
                     [question, answer, rationale, reflection question, "Yes"] (``grounded.scoring``)
     select          best combined score; below the calibrated threshold -> "not in the documents"
+    check           the chosen draft's sentence-level evidence in the chunks it was written from
+                    (``localrag.evidence``, when an aligner is given): its citations are the chunks
+                    that evidence cites, and an answer they do not support is unsupported too
 
 The scores and their normalisation: ``localrag.grounded.scoring``.
 
@@ -32,8 +35,9 @@ import numpy as np
 from localrag.backends.base import BatchBackend
 from localrag.config import GenerationConfig, GroundedConfig, ModelConfig
 from localrag.engine import Engine
+from localrag.evidence import EvidenceAligner, split_citations
 from localrag.grounded.drafting import chunk_tokens, draft_prompt, write_drafts
-from localrag.grounded.scoring import combined_score, score_drafts, select, short_answer
+from localrag.grounded.scoring import combined_score, draft_text, score_drafts, select, short_answer
 from localrag.grounded.subsets import cluster, make_subsets, random_subsets, shared_prefix_order
 from localrag.rag.index import DocumentIndex
 from localrag.rag.records import Hit
@@ -71,15 +75,19 @@ def retrieve(index: DocumentIndex | None, question: str, cfg: GroundedConfig) ->
 
 
 class GroundedPipeline:
-    """drafter (small, chat-tuned, llama.cpp) + verifier (larger; any vocabulary) over a document index."""
+    """drafter (small, chat-tuned, llama.cpp) + verifier (larger; any vocabulary) over a document index.
+    aligner: checks the chosen draft against its chunks (None: the verifier's score alone decides,
+    and the citations are the draft's whole subset)."""
 
-    def __init__(self, drafter: Engine, verifier: Engine, config: GroundedConfig | None = None):
+    def __init__(self, drafter: Engine, verifier: Engine, config: GroundedConfig | None = None,
+                 aligner: EvidenceAligner | None = None):
         why = drafter_problem(drafter) or drafter_problem(verifier)
         if why:
             raise ValueError(why)
         self.drafter = drafter
         self.verifier = verifier
         self.config = config or GroundedConfig()
+        self.aligner = aligner
 
     def answer(self, question: str, index: DocumentIndex | None, gen: GenerationConfig | None = None,
                config: GroundedConfig | None = None) -> AnswerResult:
@@ -132,20 +140,29 @@ class GroundedPipeline:
                                 n_verify_tokens=scores[j].n_tokens if scores else 0, subset=tuple(sub))
                   for j, (d, sub) in enumerate(zip(toks, subsets, strict=True))]
         drafts.sort(key=lambda d: d.score, reverse=True)
-        best, supported = select(drafts, cfg)
+        best, passed = select(drafts, cfg)
         gs.n_drafts, gs.draft_tokens = len(drafts), sum(d.n_draft_tokens for d in drafts)
+        if best is None:
+            stats.total_s = time.perf_counter() - t0
+            return self._unsupported(searched, drafts, stats, "every draft declined to answer")
+        if not passed:
+            gs.unsupported_reason = "no draft passed the verifier's threshold"
+        text = draft_text(best)
+        if self.aligner is None:
+            stats.total_s = time.perf_counter() - t0
+            return AnswerResult(text=text, mode="grounded", citations=list(best.citations), supported=passed,
+                                drafts=drafts, stats=stats, searched=searched)
+        # the final check: the draft's sentence-level evidence in the chunks it was written from
+        evidence = self.aligner.align(text, [hits[i] for i in best.subset], question=question)
+        citations, also = split_citations(evidence, hits)
         stats.total_s = time.perf_counter() - t0
-        if not supported:
-            why = "no draft passed the support threshold" if best is not None else "every draft declined to answer"
-            return self._unsupported(searched, drafts, stats, why)
-        text = best.answer if not best.rationale else f"{best.answer}\n\nRationale: {best.rationale}"
-        return AnswerResult(text=text, mode="grounded", citations=list(best.citations), supported=True,
-                            drafts=drafts, stats=stats, searched=searched)
+        return AnswerResult(text=text, mode="grounded", citations=citations, supported=passed and evidence.supported,
+                            drafts=drafts, stats=stats, searched=searched, also_searched=also, evidence=evidence)
 
     @staticmethod
     def _unsupported(searched: str, drafts: list[GroundedDraft], stats: AnswerStats, why: str) -> AnswerResult:
+        """No answer to show: nothing relevant was retrieved, or every draft declined."""
         if stats.grounded is not None:
             stats.grounded.unsupported_reason = why
-        text = f"The documents don't answer this question ({why}).\nWhat was searched: {searched}"
-        return AnswerResult(text=text, mode="grounded", citations=[], supported=False, drafts=drafts, stats=stats,
+        return AnswerResult(text="", mode="grounded", citations=[], supported=False, drafts=drafts, stats=stats,
                             searched=searched)

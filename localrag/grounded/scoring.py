@@ -127,6 +127,11 @@ def short_answer(text: str) -> str:
     return line[:-1].rstrip() if line.endswith(".") else line
 
 
+def draft_text(draft: GroundedDraft) -> str:
+    """What Grounded mode shows of a draft: the answer, then its rationale."""
+    return draft.answer if not draft.rationale else f"{draft.answer}\n\nRationale: {draft.rationale}"
+
+
 def is_refusal(answer: str) -> bool:
     a = answer.strip().lower()
     return not a or any(r in a for r in REFUSALS)

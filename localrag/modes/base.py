@@ -20,7 +20,7 @@ from typing import ClassVar, Protocol
 from localrag.answer import Answerer
 from localrag.config import GenerationConfig
 from localrag.engine import Engine
-from localrag.results import AnswerResult
+from localrag.results import ON_UNSUPPORTED, AnswerResult
 
 
 class CancelFlag(Protocol):
@@ -33,7 +33,8 @@ class CancelFlag(Protocol):
 class AnswerRequest:
     """One question to answer. history: earlier turns as ``{"role", "content"}`` dicts.
     cancel: when set, the mode stops writing and still ends with its AnswerResult (the text so
-    far, the sources and the stats)."""
+    far, the sources and the stats). on_unsupported: what an answer the documents do not support
+    gets, "warn" or "refuse" (None: the mode's default, ``AnswerMode.on_unsupported``)."""
 
     question: str
     history: tuple[dict, ...] = ()
@@ -41,6 +42,12 @@ class AnswerRequest:
     k: int = 5  # chunks in the prompt (Plain, Speedup)
     collection: str | None = None  # None: the answerer's default index
     cancel: CancelFlag | None = field(default=None, compare=False)
+    on_unsupported: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.on_unsupported is not None and self.on_unsupported not in ON_UNSUPPORTED:
+            raise ValueError(f"on_unsupported must be one of {', '.join(ON_UNSUPPORTED)}, "
+                             f"not {self.on_unsupported!r}")
 
     @property
     def cancelled(self) -> bool:
@@ -54,6 +61,11 @@ class AnswerMode(ABC):
     label: ClassVar[str]  # what the UI shows
     aliases: ClassVar[tuple[str, ...]] = ()  # other accepted spellings of ``id``
     summary: ClassVar[str] = ""  # one line for help texts
+    on_unsupported: ClassVar[str] = "warn"  # what an unsupported answer gets unless the request says
+
+    def policy(self, request: AnswerRequest) -> str:
+        """warn or refuse: the request's choice, else this mode's default."""
+        return request.on_unsupported or self.on_unsupported
 
     def available(self, engine: Engine | None) -> tuple[bool, str]:
         """(usable, why not) with this loaded target model."""

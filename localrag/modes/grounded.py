@@ -1,11 +1,12 @@
-"""Grounded mode (Speculative RAG): drafts from chunk subsets, scored by a verifier; the best
-supported draft with its sources, or an honest "the documents don't answer this"."""
+"""Grounded mode (Speculative RAG): drafts from chunk subsets, scored by a verifier; the best draft,
+checked against the chunks it was written from, with the chunks its evidence cites, or an honest
+"your documents do not support an answer" (its default: refuse rather than warn)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
-from localrag.answer import Answerer
+from localrag.answer import Answerer, apply_policy
 from localrag.engine import Engine
 from localrag.grounded import drafter_problem
 from localrag.modes.base import AnswerMode, AnswerRequest
@@ -17,6 +18,7 @@ class GroundedMode(AnswerMode):
     label = "Grounded (Speculative RAG)"
     aliases = ("specrag",)
     summary = "drafts from chunk subsets scored by a verifier; refuses when nothing supports an answer"
+    on_unsupported = "refuse"
 
     def available(self, engine: Engine | None) -> tuple[bool, str]:
         if engine is None:
@@ -27,5 +29,8 @@ class GroundedMode(AnswerMode):
     def stream(self, answerer: Answerer, request: AnswerRequest) -> Iterator[str | AnswerResult]:
         index = answerer.index_for(request.collection)
         result = answerer.grounded_pipeline.answer(request.question, index, gen=request.gen)
-        yield result.text
+        why = result.stats.grounded.unsupported_reason if result.stats.grounded is not None else ""
+        result = apply_policy(result, self.policy(request), why)
+        if result.text and not result.refused:
+            yield result.text
         yield result

@@ -1,14 +1,16 @@
-"""Plain mode: standard RAG. The top-k chunks go into one prompt; one token per forward pass."""
+"""Plain mode: standard RAG. The top-k chunks go into one prompt; one token per forward pass. The
+finished answer is checked against the chunks (``Answerer.check``): computed citations, and a
+warning (or, if asked, a refusal) when the documents do not support it."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterator
 
-from localrag.answer import Answerer, Retrieval, rag_messages
-from localrag.generation import Decoder
+from localrag.answer import Answerer, Retrieval, checked_result, rag_messages
+from localrag.generation import Decoder, Generation
 from localrag.modes.base import AnswerMode, AnswerRequest
-from localrag.results import AnswerResult, AnswerStats, Citation
+from localrag.results import AnswerResult, AnswerStats, CopiedSpan
 
 
 class PlainMode(AnswerMode):
@@ -19,6 +21,10 @@ class PlainMode(AnswerMode):
     def decoder(self, answerer: Answerer, request: AnswerRequest, got: Retrieval) -> Decoder | None:
         """The decoder for this answer (None: plain decoding)."""
         return None
+
+    def copied(self, generation: Generation, text: str, got: Retrieval) -> list[CopiedSpan]:
+        """The spans of ``text`` the decoder copied from the retrieved chunks (none in plain decoding)."""
+        return []
 
     def stream(self, answerer: Answerer, request: AnswerRequest) -> Iterator[str | AnswerResult]:
         t0 = time.perf_counter()
@@ -36,8 +42,8 @@ class PlainMode(AnswerMode):
                 pieces.close()
                 generation.stats.stop_reason = "cancelled"
                 break
+        text = generation.text.strip()
+        evidence = answerer.check(text, request.question, got.hits, self.copied(generation, text, got))
         stats = AnswerStats(mode=self.id, total_s=time.perf_counter() - t0, retrieval=got.stats,
                             generation=generation.stats, setup_s=setup_s)
-        yield AnswerResult(text=generation.text.strip(), mode=self.id,
-                           citations=[Citation.from_hit(h) for h in got.hits], supported=bool(got.hits),
-                           stats=stats, searched=got.searched)
+        yield checked_result(text, self.id, evidence, got.hits, stats, got.searched, self.policy(request))

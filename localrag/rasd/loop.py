@@ -8,7 +8,9 @@
 
 Every step verifies one token tree in ONE target forward (``eval_tree``) whose root is the
 token chosen at the previous step (not yet in the KV cache), then commits root + accepted
-path; the bonus token becomes the next root. When the measured cost curve says speculation
+path; the bonus token becomes the next root. An accepted token that a retrieval node copied from
+the datastore's documents is recorded (``RasdDecoder.copies``: which document, which token), so
+the answer knows where its copied text came from. When the measured cost curve says speculation
 will not pay, the step is a plain ``decode_one`` instead; a speculative step is probed again
 after ``probe_every`` plain steps, and twice as long after each probe, until a step the
 budget chose itself pays. Only the Backend protocol is used (llama.cpp and transformers
@@ -43,6 +45,16 @@ from localrag.rasd.phases import (
 from localrag.rasd.retrieval import Datastore
 from localrag.rasd.tree import DRAFT, RETRIEVAL, TokenTree
 from localrag.results import RasdStats
+
+
+@dataclass(frozen=True)
+class CopiedToken:
+    """Token ``token`` of the answer (0: its first) was accepted from a retrieval node copying token
+    ``offset`` of datastore document ``doc`` (an index into the documents given)."""
+
+    token: int
+    doc: int
+    offset: int
 
 
 @dataclass
@@ -96,6 +108,8 @@ class RasdDecoder(Decoder):
         self.datastore = Datastore(target.n_vocab, config.max_match, config.min_match)
         self.set_documents(documents)
         self.stats = RasdStats()
+        self.copies: list[CopiedToken] = []  # this answer's accepted tokens copied from the documents
+        self._emitted = 0  # tokens this answer has emitted so far
         self._prefill_s = 0.0  # this decoder's share of the prompt prefill (see prefill)
         self._pays: tuple = (None, [])  # _may_pay's cache: (stamp, pays per match-length class)
         self._limit = 1 << 30  # tokens the answer can still take (Generation's set_limit)
@@ -162,6 +176,7 @@ class RasdDecoder(Decoder):
             raise ValueError("this RASD decoder was built for another backend")
         self._start_answer()
         tok = sampler.pick(logits)
+        self._emitted = 1
         yield [tok]
         try:
             while True:
@@ -178,6 +193,7 @@ class RasdDecoder(Decoder):
                     step = self._plain_step(tok, sampler)
                 self._after_step(step, prop, plan_, time.perf_counter() - t_start)
                 tok = step.tokens[-1]  # the bonus token: the next step's root
+                self._emitted += len(step.tokens)
                 yield step.tokens
         finally:
             self._finish_stats()
@@ -323,7 +339,16 @@ class RasdDecoder(Decoder):
         path, bonus = self.verify_tree(vt, sampler)
         seconds = time.perf_counter() - t0
         self._learn(vt, sorted(plan_.keep), plan_.keys, path)
+        self._record_copies(vt, path)
         return Step([vt.tokens[i] for i in path[1:]] + [bonus], seconds, tree=vt, forced=forced)
+
+    def _record_copies(self, vt: TokenTree, path: list[int]) -> None:
+        """The accepted nodes copied from the documents (their origin in the corpus): provenance."""
+        origins = vt.origins
+        for j, node in enumerate(path[1:]):
+            if origins[node] >= 0:
+                doc, offset = self.datastore.locate(origins[node])
+                self.copies.append(CopiedToken(self._emitted + j, doc, offset))
 
     def _plain_step(self, root: int, sampler: Sampler) -> Step:
         t0 = time.perf_counter()
@@ -406,6 +431,7 @@ class RasdDecoder(Decoder):
     def _start_answer(self) -> None:
         """Fresh per-answer stats (a new object: results of earlier answers keep theirs)."""
         self.stats = RasdStats(time_prefill_s=self._prefill_s)
+        self.copies, self._emitted = [], 0
         self._prefill_s = 0.0
         self._oracle_tokens, self._oracle_cost_s, self._gain_sum, self._busy_s = 0, 0.0, 0.0, 0.0
         self._plain_forward_s, self._tree_forward_s = [], []

@@ -13,6 +13,9 @@ A lookup finds the longest suffix of the context (``max_match`` down to
 ``min_match`` tokens, binary search over the length since occurrence is monotone
 in it) that occurs with a continuation, collects the next ``max_depth`` tokens
 after each occurrence (most recent first, capped), and builds a trie with counts.
+A trie node copied from the corpus keeps the corpus position it was copied from,
+so an accepted token's source is known: ``locate(position)`` gives the document
+and the token offset in it.
 
     ds = Datastore(separator=n_vocab)                 # a token id no text contains
     ds.set_documents([tokens_of_doc1, tokens_of_doc2])
@@ -22,6 +25,7 @@ after each occurrence (most recent first, capped), and builds a trie with counts
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -94,8 +98,9 @@ class Datastore:
         self.min_match = min_match
         self.rebuild_every = rebuild_every
         self._corpus: SuffixIndex | None = None
+        self._corpus_starts: list[int] = []  # where each document starts in the corpus text
         self._corpus_key = ""
-        self._corpus_cache: dict[str, SuffixIndex] = {}
+        self._corpus_cache: dict[str, tuple[SuffixIndex, list[int]]] = {}
         self._ctx_index = SuffixIndex([])
         self._ctx: list[int] = []  # the whole context text
         self._tail: dict[int, list[int]] = {}  # token -> positions >= len(_ctx_index), the unindexed tail
@@ -112,19 +117,26 @@ class Datastore:
             return
         self._corpus_key = key
         if not docs:
-            self._corpus = None
+            self._corpus, self._corpus_starts = None, []
             return
-        index = self._corpus_cache.get(key)
-        if index is None:
+        cached = self._corpus_cache.get(key)
+        if cached is None:
             text: list[int] = []
+            starts = []
             for d in docs:
+                starts.append(len(text))
                 text.extend(d)
                 text.append(self.sep)
-            index = SuffixIndex(text)
+            cached = SuffixIndex(text), starts
             if len(self._corpus_cache) >= 4:
                 self._corpus_cache.pop(next(iter(self._corpus_cache)))
-            self._corpus_cache[key] = index
-        self._corpus = index
+            self._corpus_cache[key] = cached
+        self._corpus, self._corpus_starts = cached
+
+    def locate(self, position: int) -> tuple[int, int]:
+        """(document index, token offset in it) of a corpus position (a trie node's origin)."""
+        doc = bisect.bisect_right(self._corpus_starts, position) - 1
+        return doc, position - self._corpus_starts[doc]
 
     def set_context(self, tokens: Sequence[int]) -> None:
         """Make the context text equal `tokens`, appending when it extends what is indexed."""
@@ -204,12 +216,14 @@ class Datastore:
         return self.trie(self.longest_match(context), root, max_depth, max_occurrences)
 
     def trie(self, match: _Match | None, root: int, max_depth: int, max_occurrences: int = 64) -> tuple[TokenTree, int]:
-        """The trie of the next `max_depth` tokens after each occurrence of a match."""
+        """The trie of the next `max_depth` tokens after each occurrence of a match. Corpus
+        continuations come first, so a node the corpus holds keeps its corpus position as origin."""
         tree = TokenTree(root)
         if match is None:
             return tree, 0
         k = match.length
-        conts: list[list[int]] = []
+        corpus = self._corpus.text if self._corpus is not None else None
+        conts: list[tuple[list[int], int]] = []  # (continuation, its corpus position or -1)
         for text, pos in match.sources:  # most recent (largest position) first, capped
             for p in sorted(pos, reverse=True)[:max_occurrences]:
                 start = p + k
@@ -217,13 +231,13 @@ class Datastore:
                 if self.sep in cont:
                     cont = cont[: cont.index(self.sep)]
                 if cont:
-                    conts.append(cont)
+                    conts.append((cont, start if text is corpus else -1))
             if len(conts) >= max_occurrences:
                 break
         conts = conts[:max_occurrences]
         total = float(len(conts))
-        for cont in conts:
-            tree.add_path(cont, scores=None, source=RETRIEVAL, count=1.0)
+        for cont, origin in conts:
+            tree.add_path(cont, scores=None, source=RETRIEVAL, count=1.0, origin=origin)
         for i in range(1, len(tree)):
             tree.scores[i] = tree.counts[i] / total  # frequency of the path among the occurrences
         tree.counts[0] = total

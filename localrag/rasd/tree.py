@@ -5,7 +5,9 @@ token that was already chosen by the target (the bonus token of the previous
 step), not yet in the KV cache. Every other node is a drafted token. Each node
 has a parent (parents come before children), a depth (root = 0), a score (the
 estimated probability that the node is accepted, a cumulative product along
-its path) and a source bit set (DRAFT, RETRIEVAL or both).
+its path), a source bit set (DRAFT, RETRIEVAL or both) and an origin: where in
+the retrieval datastore's corpus text the token was copied from (-1: nowhere),
+so accepted tokens keep their copy provenance.
 
     tree = TokenTree(root_token)
     tree.add_path([5, 7, 9], scores=[0.8, 0.6, 0.3], source=RETRIEVAL)   # fuses by longest prefix
@@ -38,6 +40,7 @@ class TokenTree:
         self.sources: list[int] = [0]
         self.counts: list[float] = [0.0]  # retrieval frequency (occurrences below this node)
         self.children: list[dict[int, int]] = [{}]  # token -> child node index
+        self.origins: list[int] = [-1]  # corpus position the token was copied from (-1: none)
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -46,13 +49,17 @@ class TokenTree:
     def n_drafted(self) -> int:
         return len(self.tokens) - 1
 
-    def add_node(self, parent: int, token: int, score: float, source: int, count: float = 0.0) -> int:
-        """Child `token` under `parent` (merged into an existing child: max score, OR sources)."""
+    def add_node(self, parent: int, token: int, score: float, source: int, count: float = 0.0,
+                 origin: int = -1) -> int:
+        """Child `token` under `parent` (merged into an existing child: max score, OR sources, the
+        first known origin)."""
         existing = self.children[parent].get(token)
         if existing is not None:
             self.scores[existing] = max(self.scores[existing], score)
             self.sources[existing] |= source
             self.counts[existing] += count
+            if self.origins[existing] < 0:
+                self.origins[existing] = origin
             return existing
         idx = len(self.tokens)
         self.tokens.append(token)
@@ -61,6 +68,7 @@ class TokenTree:
         self.scores.append(score)
         self.sources.append(source)
         self.counts.append(count)
+        self.origins.append(origin)
         self.children.append({})
         self.children[parent][token] = idx
         return idx
@@ -72,9 +80,11 @@ class TokenTree:
         source: int = RETRIEVAL,
         count: float = 1.0,
         start: int = 0,
+        origin: int = -1,
     ) -> list[int]:
         """Longest-prefix fusion: walk from `start` while tokens match existing children,
-        attach the remainder at the deepest match. Returns the node index of every token."""
+        attach the remainder at the deepest match. Returns the node index of every token.
+        origin: the corpus position of tokens[0] (the rest follow it), or -1."""
         out = []
         node = start
         children, counts = self.children, self.counts
@@ -86,7 +96,7 @@ class TokenTree:
                 node = nxt
             else:
                 s = scores[j] if scores is not None else self.scores[node]
-                node = self.add_node(node, tok, s, source, count)
+                node = self.add_node(node, tok, s, source, count, origin + j if origin >= 0 else -1)
             out.append(node)
         return out
 
@@ -98,7 +108,8 @@ class TokenTree:
         mapping = {0: start}
         for i in range(1, len(other)):  # parents come first, so mapping[parent] exists
             mapping[i] = self.add_node(
-                mapping[other.parents[i]], other.tokens[i], other.scores[i], other.sources[i], other.counts[i]
+                mapping[other.parents[i]], other.tokens[i], other.scores[i], other.sources[i], other.counts[i],
+                other.origins[i],
             )
         return mapping
 
@@ -120,7 +131,7 @@ class TokenTree:
             p = new_index.get(self.parents[old])
             if p is None:
                 raise ValueError(f"node {old} kept without its parent {self.parents[old]}")
-            out.add_node(p, self.tokens[old], self.scores[old], self.sources[old], self.counts[old])
+            out.add_node(p, self.tokens[old], self.scores[old], self.sources[old], self.counts[old], self.origins[old])
         return out
 
     def prune(self, budget: int, min_score: float = 0.0) -> TokenTree:

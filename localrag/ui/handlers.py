@@ -155,11 +155,12 @@ class ChatController:
         turn.notes += more
         last = 0.0
         request = AnswerRequest(turn.question, tuple(llm_history(previous)), settings.generation(),
-                                k=int(settings.k), collection=settings.collection, cancel=ticket.cancel)
+                                k=int(settings.k), collection=settings.collection, cancel=ticket.cancel,
+                                on_unsupported=settings.unsupported_policy())
         for item in self.s.modes[settings.mode].stream(answerer, request):
             if isinstance(item, AnswerResult):
                 item.stats.waited_s = ticket.waited_s
-                self._finish(turn, item)
+                turn.take(item)
             else:
                 turn.answer += item
                 if time.perf_counter() - last >= STREAM_EVERY_S:
@@ -167,14 +168,6 @@ class ChatController:
                     yield view()
         if ticket.cancelled:
             turn.notes.append("Stopped.")
-
-    @staticmethod
-    def _finish(turn: Turn, result: AnswerResult) -> None:
-        turn.answer = (result.text or turn.answer).strip()
-        turn.citations = list(result.citations)
-        turn.drafts = list(result.drafts)
-        turn.stats = result.stats
-        turn.searched = result.searched
 
 
 @dataclass

@@ -1,8 +1,9 @@
 """Chat history: conversations and their turns in one SQLite file, surviving restarts.
 
 A *turn* is one question and its answer plus the evidence shown with it
-(citations, stats, Grounded drafts), stored as JSON so the UI can re-render a
-past chat exactly as it looked. UI-free; the Gradio app and tests use it alike.
+(the sentence-level evidence, citations, what else was searched, a refusal,
+stats, Grounded drafts), stored as JSON so the UI can re-render a past chat
+exactly as it looked. UI-free; the Gradio app and tests use it alike.
 
     store = ChatStore(data_dir / "history.sqlite")
     chat = store.new_chat("What does the contract say?")
@@ -20,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from localrag.results import AnswerStats, Citation, GroundedDraft
+from localrag.results import AnswerEvidence, AnswerResult, AnswerStats, Citation, GroundedDraft
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS chats (
@@ -35,7 +36,7 @@ CREATE TABLE IF NOT EXISTS turns (
     question TEXT NOT NULL,
     answer TEXT NOT NULL,
     mode TEXT NOT NULL,
-    payload TEXT NOT NULL,      -- JSON: citations, stats, drafts, error, collection
+    payload TEXT NOT NULL,      -- JSON: evidence, citations, also searched, refusal, stats, drafts, error, collection
     created REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS turns_by_chat ON turns(chat_id, id);
@@ -58,10 +59,24 @@ class Turn:
     notes: list[str] = field(default_factory=list)  # not errors: "stopped", "empty collection", ...
     collection: str = ""
     searched: str = ""  # what was searched, in words
+    evidence: AnswerEvidence | None = None  # the answer's sentence-level evidence (offsets into ``answer``)
+    also_searched: list[Citation] = field(default_factory=list)  # retrieved chunks that support nothing
+    refusal: str = ""  # shown instead of the answer when the documents do not support it (the answer kept)
+    supported: bool | None = None  # None: not checked (turns stored before the check existed)
     id: int | None = None
+
+    def take(self, result: AnswerResult) -> None:
+        """Keep what a finished answer shows."""
+        self.answer = result.text or self.answer.strip()
+        self.citations, self.also_searched = list(result.citations), list(result.also_searched)
+        self.evidence, self.refusal, self.supported = result.evidence, result.refusal, result.supported
+        self.drafts, self.stats, self.searched = list(result.drafts), result.stats, result.searched
 
     def payload(self) -> str:
         return json.dumps({"citations": [c.to_dict() for c in self.citations],
+                           "also_searched": [c.to_dict() for c in self.also_searched],
+                           "evidence": self.evidence.to_dict() if self.evidence is not None else None,
+                           "refusal": self.refusal, "supported": self.supported,
                            "stats": self.stats.to_dict() if self.stats is not None else None,
                            "drafts": [d.to_dict() for d in self.drafts], "error": self.error, "notes": self.notes,
                            "collection": self.collection, "searched": self.searched}, ensure_ascii=False)
@@ -73,9 +88,12 @@ class Turn:
             extra = json.loads(payload)
         except json.JSONDecodeError:
             extra = {}
-        stats = extra.get("stats")
+        stats, evidence = extra.get("stats"), extra.get("evidence")
         return cls(question=question, answer=answer, mode=mode, id=tid,
                    citations=[Citation.from_dict(c) for c in extra.get("citations") or []],
+                   also_searched=[Citation.from_dict(c) for c in extra.get("also_searched") or []],
+                   evidence=AnswerEvidence.from_dict(evidence) if evidence else None,
+                   refusal=extra.get("refusal") or "", supported=extra.get("supported"),
                    stats=AnswerStats.from_dict(stats) if stats else None,
                    drafts=[GroundedDraft.from_dict(d) for d in extra.get("drafts") or []],
                    error=extra.get("error") or "", notes=extra.get("notes") or [],

@@ -6,8 +6,8 @@
 Left sidebar: saved chats (SQLite). Middle: the chat, question box, Stop /
 Regenerate, accepted-tokens-per-step plot. Right: Documents (collection, drop
 zone for files or a folder, ingest progress per file and overall, document list,
-remove, folders kept in sync) and Settings (mode toggle with availability, retrieval k, temperature, max
-tokens, model / draft / GPU layers).
+remove, folders kept in sync) and Settings (mode toggle with availability, what an answer your
+documents do not support gets, retrieval k, temperature, max tokens, model / draft / GPU layers).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from localrag.ui.handlers import (
     SettingsController,
     history_choices,
 )
-from localrag.ui.services import DEFAULT_COLLECTION, NO_DRAFT, Services, Settings
+from localrag.ui.services import DEFAULT_COLLECTION, MODE_DEFAULT, NO_DRAFT, Services, Settings
 
 WATCH_REFRESH_S = 2.0  # how often the page shows the watched folders' states
 WATCH_HELP = ("A folder on this machine, by its path (the app runs here, so it reads the folder in place; a "
@@ -35,7 +35,11 @@ CSS = """
 #chatbot { min-height: 520px; }
 #stats-plot { max-height: 220px; }
 .small-note { font-size: 0.9em; opacity: 0.85; }
+.lr-unsupported { text-decoration: underline dotted; text-decoration-thickness: 2px; cursor: help; }
+#chatbot mark { background: #fde68a; color: inherit; padding: 0 1px; border-radius: 2px; }
 """
+UNSUPPORTED_CHOICES = [("Mode default (Plain and Speedup warn, Grounded refuses)", MODE_DEFAULT),
+                       ("Warn: show the answer, marked", "warn"), ("Refuse: say the documents do not support it", "refuse")]
 THEME = gr.themes.Soft(primary_hue="indigo")
 # Gradio's File component has no option for its drop-zone text, and a folder zone saying "Drop File
 # Here" misleads: this rewrites that one text node (kept up to date as Gradio re-renders it).
@@ -59,10 +63,11 @@ def build_app(services: Services) -> gr.Blocks:
     model_choices = usable or [services.model_config.model]
     default = Settings()
 
-    def settings_of(mode, collection, draft, temperature, max_tokens, k) -> Settings:
+    def settings_of(mode, collection, draft, temperature, max_tokens, k, on_unsupported) -> Settings:
         return Settings(mode=mode or default.mode, collection=(collection or default.collection).strip(),
                         draft_model=draft or NO_DRAFT, temperature=float(temperature or 0),
-                        max_tokens=int(max_tokens or default.max_tokens), k=int(k or default.k))
+                        max_tokens=int(max_tokens or default.max_tokens), k=int(k or default.k),
+                        on_unsupported=on_unsupported or default.on_unsupported)
 
     def plot_update(steps: list[int]):
         if not steps:
@@ -146,6 +151,9 @@ def build_app(services: Services) -> gr.Blocks:
                     mode = gr.Radio(choices=[(m.label, key) for key, m in services.modes.items()],
                                     value=default.mode, label="Mode", elem_id="mode")
                     mode_note = gr.Markdown(conf.mode_note(default.mode), elem_id="mode-note")
+                    on_unsupported = gr.Radio(choices=UNSUPPORTED_CHOICES, value=default.on_unsupported,
+                                              label="When your documents do not support an answer",
+                                              elem_id="on-unsupported")
                     k = gr.Slider(1, 20, value=default.k, step=1, label="Retrieval k (chunks)")
                     temperature = gr.Slider(0.0, 1.5, value=default.temperature, step=0.05,
                                             label="Temperature (0 = greedy)")
@@ -164,17 +172,19 @@ def build_app(services: Services) -> gr.Blocks:
                         gr.Markdown("**Unusable models:**\n" + "\n".join(f"- {u}" for u in unusable),
                                     elem_classes="small-note")
 
-        settings_inputs = [mode, collection, draft, temperature, max_tokens, k]
+        settings_inputs = [mode, collection, draft, temperature, max_tokens, k, on_unsupported]
 
         # ---------------------------------------------------------------- chat
         # Each browser session is its own asker: its Stop cancels its own answers only.
-        def respond(cid, text, mode_, collection_, draft_, temperature_, max_tokens_, k_, request: gr.Request):
-            settings = settings_of(mode_, collection_, draft_, temperature_, max_tokens_, k_)
+        def respond(cid, text, mode_, collection_, draft_, temperature_, max_tokens_, k_, unsupported_,
+                    request: gr.Request):
+            settings = settings_of(mode_, collection_, draft_, temperature_, max_tokens_, k_, unsupported_)
             for i, view in enumerate(chat.respond(cid, text, settings, owner=request.session_hash or "")):
                 yield (*chat_outputs(view, sidebar=i == 0 or not view.busy), "")
 
-        def regenerate(cid, mode_, collection_, draft_, temperature_, max_tokens_, k_, request: gr.Request):
-            settings = settings_of(mode_, collection_, draft_, temperature_, max_tokens_, k_)
+        def regenerate(cid, mode_, collection_, draft_, temperature_, max_tokens_, k_, unsupported_,
+                       request: gr.Request):
+            settings = settings_of(mode_, collection_, draft_, temperature_, max_tokens_, k_, unsupported_)
             for i, view in enumerate(chat.regenerate(cid, settings, owner=request.session_hash or "")):
                 yield chat_outputs(view, sidebar=i == 0 or not view.busy)
 

@@ -33,6 +33,7 @@ from localrag.serving import GenerationQueue, QueueFull
 from localrag.ui.history import ChatStore
 
 NO_DRAFT = "(none: retrieval only)"
+MODE_DEFAULT = "mode default"  # the unsupported-answer setting that leaves it to the mode (Grounded refuses)
 DEFAULT_COLLECTION = "default"
 LOAD_ERRORS = (ModelError, OSError, RuntimeError, ValueError)  # a model that fails to load says why
 
@@ -48,6 +49,11 @@ class Settings:
     temperature: float = 0.0
     max_tokens: int = 256
     k: int = 5
+    on_unsupported: str = MODE_DEFAULT  # warn | refuse | the mode's default (warn; Grounded: refuse)
+
+    def unsupported_policy(self) -> str | None:
+        """The request's ``on_unsupported``: None leaves it to the mode."""
+        return None if self.on_unsupported == MODE_DEFAULT else self.on_unsupported
 
     def generation(self) -> GenerationConfig:
         return GenerationConfig(max_tokens=int(self.max_tokens), temperature=float(self.temperature))

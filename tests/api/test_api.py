@@ -77,20 +77,55 @@ def test_rasd_writes_plain_text_with_its_speed_stats(server):
 
 def test_a_grounded_answer_carries_its_citations(server):
     c = client(server)
-    question = [{"role": "user", "content": "Who polished the mirror of the Zephyr telescope?"}]
+    question = [{"role": "user", "content": "Where was the Zephyr telescope assembled?"}]
     r = c.chat.completions.create(model=MODEL, messages=question, max_tokens=24, temperature=0,
                                   extra_body={"collection": "docs", "k": 2})
     grounding = extra(r, "localrag")
-    assert r.choices[0].message.content.strip()
-    assert "zephyr.md" in grounding["citations"][0]["label"] and grounding["supported"] is True
-    assert "Marta Ilves" in grounding["citations"][0]["text"]
-    assert 'collection "docs"' in grounding["searched"] and "evidence" in grounding
+    content = r.choices[0].message.content
+    assert content.strip() and not grounding["refused"] and grounding["on_unsupported"] == "warn"
+    assert "zephyr.md" in grounding["citations"][0]["label"] and "Quillfield" in grounding["citations"][0]["text"]
+    assert [c["label"] for c in grounding["also_searched"]] == ["garden.txt lines 1-4"]  # cited nothing
+    evidence = grounding["evidence"]
+    assert grounding["supported"] == evidence["supported"] and evidence["cited"][0] == grounding["citations"][0]["chunk_id"]
+    for sentence in evidence["sentences"]:  # each sentence: where it sits, its support, its spans in the chunks
+        assert content.strip()[sentence["start"]:sentence["end"]] == sentence["text"]
+        assert isinstance(sentence["supported"], bool) and 0.0 <= sentence["score"] <= 1.0
+        for span in sentence["spans"]:
+            chunk = next(c for c in grounding["citations"] if c["chunk_id"] == span["chunk_id"])
+            assert 0 <= span["start"] < span["end"] <= len(chunk["text"])
+    assert "[1]" in grounding["answer_with_citations"]
+    assert grounding["answer_with_citations"].replace("[1]", "") == content.strip()
+    assert 'collection "docs"' in grounding["searched"]
     assert extra(r.usage, "speedup")["mode"] == "plain"
     chunks = list(c.chat.completions.create(model=MODEL, messages=question, max_tokens=24, temperature=0,
                                             stream=True, extra_body={"collection": "docs", "k": 2}))
     assert "".join(ch.choices[0].delta.content or "" for ch in chunks) == r.choices[0].message.content
     last = chunks[-1]
     assert last.choices[0].finish_reason and extra(last, "localrag")["citations"] == grounding["citations"]
+
+
+def test_an_unsupported_answer_is_refused_when_asked(server):
+    """on_unsupported=refuse: nothing about ibuprofen is in the documents, so the content is the
+    refusal, with what was searched, and the answer the model wrote is kept apart; streamed, nothing
+    of it is sent before the check, and the stream carries the same refusal."""
+    c = client(server)
+    question = [{"role": "user", "content": "What is the recommended dosage of ibuprofen for adults?"}]
+    body = {"collection": "docs", "k": 2, "on_unsupported": "refuse"}
+    r = c.chat.completions.create(model=MODEL, messages=question, max_tokens=24, temperature=0, extra_body=body)
+    grounding = extra(r, "localrag")
+    content = r.choices[0].message.content
+    assert grounding["refused"] and not grounding["supported"] and grounding["citations"] == []
+    assert content.startswith("Your documents do not support an answer to this question")
+    assert content.endswith(f"What was searched: {grounding['searched']}")
+    assert grounding["unsupported_answer"] and grounding["unsupported_answer"] not in content
+    assert [s["supported"] for s in grounding["evidence"]["sentences"]] == [False] * len(grounding["evidence"]["sentences"])
+    chunks = list(c.chat.completions.create(model=MODEL, messages=question, max_tokens=24, temperature=0,
+                                            stream=True, extra_body=body))
+    assert "".join(ch.choices[0].delta.content or "" for ch in chunks) == content
+    warned = c.chat.completions.create(model=MODEL, messages=question, max_tokens=24, temperature=0,
+                                       extra_body=body | {"on_unsupported": "warn"})
+    assert warned.choices[0].message.content == grounding["unsupported_answer"]
+    assert not extra(warned, "localrag")["refused"] and not extra(warned, "localrag")["supported"]
 
 
 def test_embeddings_with_the_bundled_embedder(server):
@@ -114,6 +149,7 @@ def test_embeddings_with_the_bundled_embedder(server):
     ({"extra_body": {"collection": "nope"}}, openai.NotFoundError, 404, "collection 'nope' does not exist"),
     ({"extra_body": {"collection": "../etc"}}, openai.BadRequestError, 400, "collection"),
     ({"extra_body": {"k": 0}}, openai.BadRequestError, 400, "k"),
+    ({"extra_body": {"on_unsupported": "ignore"}}, openai.BadRequestError, 400, "on_unsupported"),
 ])
 def test_chat_errors_in_the_openai_shape(server, kwargs, error, status, says):
     args = {"model": MODEL, "messages": COLOURS, "max_tokens": 4} | kwargs

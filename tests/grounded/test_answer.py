@@ -1,6 +1,7 @@
 """The answer modes over an Answerer, on a real index and the real bundled model: plain RAG
-streaming, citations = the chunks stuffed into the prompt, no-index answers, Grounded through the
-same API, one Speedup decoder per model, the registry, and the ``ask`` CLI.
+streaming, citations computed from the answer's evidence (the rest of the prompt's chunks listed
+as also searched), no-index answers, honest refusal, Grounded through the same API, one Speedup
+decoder per model, the registry, and the ``ask`` CLI.
 
 Run: HF_HUB_OFFLINE=1 .venv/bin/python -m pytest tests/grounded/test_answer.py -q
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -34,16 +36,20 @@ def _collect(stream):
     return "".join(items[:-1]), items[-1]
 
 
-def test_plain_mode_streams_then_cites_the_stuffed_chunks(index, drafter):
+def test_plain_mode_streams_then_cites_what_supports_the_answer(index, drafter):
     ans = Answerer(drafter, index)
     text, result = _collect(get_mode("plain").stream(ans, AnswerRequest(Q, gen=GEN, k=3)))
-    assert result.mode == "plain" and result.supported and result.drafts == []
+    assert result.mode == "plain" and result.drafts == []
     assert result.text == text.strip() and text.strip()
     hits = index.search(Q, 3)
-    assert [c.chunk_id for c in result.citations] == [h.chunk_id for h in hits]
-    assert "contract.md" in result.citations[0].label
+    ev = result.evidence
+    assert ev == ans.evidence_aligner().align(result.text, hits, question=Q)  # checked against its prompt's chunks
+    assert result.supported == ev.supported and result.on_unsupported == "warn" and not result.refused
+    assert [c.chunk_id for c in result.citations] == list(ev.cited)  # (none when nothing of it was found)
+    assert [c.chunk_id for c in result.also_searched] == [h.chunk_id for h in hits if h.chunk_id not in ev.cited]
+    assert "contract.md" in (result.citations + result.also_searched)[0].label
     system = rag_messages(Q, hits, [])[0]["content"]
-    assert all(c.text.strip() in system for c in result.citations)
+    assert all(c.text.strip() in system for c in result.citations + result.also_searched)
     assert 'collection "t"' in result.searched and "top 3" in result.searched
     st = result.stats
     assert st.mode == "plain" and st.retrieval.n_chunks == 3 and st.generation.decoder is None
@@ -67,7 +73,7 @@ def test_a_cancelled_answer_keeps_its_text_sources_and_stats(index, drafter, mod
                 cancel.set()
     assert result is not None and len(pieces) == 2
     assert result.text == "".join(pieces).strip() and result.text
-    assert len(result.citations) == 3 and "contract.md" in result.citations[0].label
+    assert len(result.citations + result.also_searched) == 3 and result.evidence is not None
     gen = result.stats.generation
     assert gen.stop_reason == "cancelled" and 0 < gen.generated_tokens < 64 and gen.decode_seconds > 0
 
@@ -76,7 +82,7 @@ def test_history_is_kept_and_no_index_answers_without_documents(drafter):
     ans = Answerer(drafter, None)
     history = [{"role": "user", "content": "My name is Ada."}, {"role": "assistant", "content": "Hello Ada!"}]
     result = get_mode("plain").answer(ans, AnswerRequest("What is my name?", tuple(history), GEN))
-    assert result.citations == [] and not result.supported
+    assert result.citations == [] and not result.supported and not result.refused  # warned, not refused
     assert "without documents" in result.searched and result.stats.retrieval.note == "no index"
     with pytest.raises(ValueError, match="unknown mode 'fast'; choose one of plain, rasd, grounded"):
         get_mode("fast")
@@ -93,9 +99,28 @@ def test_grounded_mode_through_the_answerer(index, drafter, verifier):
     ans = Answerer(drafter, index, verifier=verifier,
                    grounded_config=GroundedConfig(m=2, answer_tokens=8, rationale_tokens=16))
     text, result = _collect(get_mode("specrag").stream(ans, AnswerRequest(Q, gen=GEN)))
-    assert result.mode == "grounded" and text == result.text and len(result.drafts) >= 1
-    assert result.supported == bool(result.citations)
+    assert result.mode == "grounded" and len(result.drafts) >= 1 and result.on_unsupported == "refuse"
+    assert text == ("" if result.refused else result.text) and result.refused == (not result.supported)
+    assert result.evidence is not None and [c.chunk_id for c in result.citations] == list(result.evidence.cited)
     assert result.stats.grounded.n_drafts == len(result.drafts) and result.stats.generation is None
+
+
+IBUPROFEN = "What is the recommended dosage of ibuprofen for adults?"
+
+
+def test_an_answer_the_documents_do_not_support_is_refused_when_asked(index, drafter):
+    """Nothing about ibuprofen is in the documents: the answer is found in none of its chunks, so
+    Plain warns by default and, asked to refuse, says so with what was searched, keeping the text."""
+    ans = Answerer(drafter, index)
+    warned = get_mode("plain").answer(ans, AnswerRequest(IBUPROFEN, gen=GEN, k=2))
+    assert warned.text and not warned.supported and not warned.refused and warned.citations == []
+    assert [s.supported for s in warned.evidence.sentences] == [False] * len(warned.evidence.sentences)
+    refused = get_mode("plain").answer(ans, AnswerRequest(IBUPROFEN, gen=GEN, k=2, on_unsupported="refuse"))
+    assert refused.text == warned.text and refused.refused
+    assert refused.refusal.startswith("Your documents do not support an answer to this question")
+    assert refused.refusal.endswith(f"What was searched: {refused.searched}")
+    with pytest.raises(ValueError, match="on_unsupported must be one of warn, refuse"):
+        AnswerRequest(IBUPROFEN, on_unsupported="ignore")
 
 
 def test_one_rasd_decoder_serves_every_answerer_of_a_model(index, drafter):
@@ -123,5 +148,29 @@ def test_ask_cli_json(index, corpus):
                           "--threads", "2", "--json"], capture_output=True, text=True, env=env, timeout=240)
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
-    assert data["mode"] == "plain" and len(data["citations"]) == 2
+    assert data["mode"] == "plain" and len(data["citations"] + data["also_searched"]) == 2
     assert data["citations"][0]["label"].startswith("contract.md")
+    sentences = data["evidence"]["sentences"]
+    assert sentences and all(isinstance(s["supported"], bool) and "spans" in s for s in sentences)
+
+
+def test_ask_cli_marks_and_refuses(index, corpus):
+    """The printed answer carries [n] after its supported sentences; an unsupported one is named on
+    stderr; --on-unsupported refuse prints the refusal on stdout and the answer, labelled, on stderr;
+    --json has "supported": false on the sentences found nowhere."""
+    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    base = [sys.executable, "-m", "localrag", "ask", "--mode", "plain", "--collection", "t", "--index-dir",
+            str(index.config.index_dir), "--k", "2", "--max-tokens", "24", "--threads", "2"]
+    out = subprocess.run(base + [IBUPROFEN, "--on-unsupported", "refuse", "--json"], capture_output=True,
+                         text=True, env=env, timeout=240)
+    data = json.loads(out.stdout)
+    assert data["refused"] and [s["supported"] for s in data["evidence"]["sentences"]] == [False]
+    out = subprocess.run(base + [IBUPROFEN, "--on-unsupported", "refuse"], capture_output=True, text=True, env=env,
+                         timeout=240)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("Your documents do not support an answer to this question")
+    assert f"Unsupported answer (not found in your documents):\n{data['text']}" in out.stderr
+    out = subprocess.run(base + ["When does the blue ferry leave for the island?"], capture_output=True, text=True,
+                         env=env, timeout=240)
+    assert re.search(r"\.\[1\]", out.stdout), out.stdout
+    assert re.search(r"\[1\] boat\.txt lines 1-2: “[^”]*ferry Aurora leaves", out.stderr), out.stderr

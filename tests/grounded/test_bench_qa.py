@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 
 from localrag.bench.qa import QARecord, calibrate, run_question, score_answer, summarize
 from localrag.config import GroundedConfig
-from localrag.results import AnswerStats, GroundedDraft, GroundedStats
+from localrag.evidence import EvidenceAligner
+from localrag.results import AnswerStats, Citation, GroundedDraft, GroundedStats
 
 
 def _draft(answer: str, score: float, draft_logprob: float) -> GroundedDraft:
@@ -28,6 +29,7 @@ class _Result:
     drafts: list
     supported: bool
     stats: AnswerStats = field(default_factory=lambda: AnswerStats(grounded=GroundedStats()))
+    evidence: None = None  # no evidence check (the pipeline was given no aligner)
 
 
 class FakeAnswerer:
@@ -63,6 +65,7 @@ def test_each_method_reports_its_own_pick_from_the_same_drafts():
                        rec, None, GroundedConfig(), k=5, ask=fake_ask)
     assert row["rag"][0] == "The Pacific"
     assert row["specrag"][0] == "the Pacific Ocean coast"
+    assert row["unchecked"][0] == row["reranked"][0] == row["specrag"][0]  # no aligner: no check to differ by
     assert row["drafter"][0] == "Los Angeles"
     assert row["oracle"][0] == "Pacific"
     assert [d["answer"] for d in row["_drafts"]] == [d.answer for d in DRAFTS]
@@ -96,3 +99,22 @@ def test_calibrated_threshold_trades_abstention_against_f1():
     cal = calibrate(rows, recs)
     # a threshold between the two scores keeps the right answer and turns away the unanswerable one
     assert cal["best_threshold"] == -5.0 and cal["utility"] == 1.0
+
+
+def test_reranked_takes_the_next_draft_whose_evidence_holds():
+    """The best draft failed the final check (the app abstains); unchecked keeps it; reranked takes
+    the next draft above the verifier's threshold whose own chunks support it."""
+    chunk = Citation(file="/d/coast.txt", page=None, line_start=1, line_end=1, snippet="", chunk_id="c1",
+                     text="Southern California touches the Pacific Ocean along its whole western coast.",
+                     label="coast.txt line 1")
+    drafts = [GroundedDraft("Los Angeles", "The city of Los Angeles sits on the Atlantic.", [chunk], -2.0, -1.0,
+                            -0.5, -6.0, 1, 1),
+              GroundedDraft("the Pacific Ocean", "Southern California touches the Pacific Ocean.", [chunk], -2.0,
+                            -1.0, -0.5, -7.0, 1, 1)]
+    rec = QARecord("Which ocean does Southern California touch?", ("doc",), ("Pacific",))
+    row = run_question(FakeAnswerer("x"), FakeAnswerer("x"), FakePipeline(drafts, supported=False), rec, None,
+                       GroundedConfig(min_score=-8.5), k=5, ask=fake_ask, aligner=EvidenceAligner(),
+                       methods=("specrag",))
+    assert row["specrag"][0] is None and row["unchecked"][0] == "Los Angeles"
+    assert row["reranked"][0] == "the Pacific Ocean"
+    assert "rag" not in row and "nocluster" not in row  # only the methods asked for ran

@@ -12,10 +12,12 @@ import math
 import numpy as np
 import pytest
 
+from localrag.answer import apply_policy
 from localrag.config import GroundedConfig
+from localrag.evidence import EvidenceAligner
 from localrag.grounded.drafting import SpanCopy, chunk_tokens, draft_prompt, write_drafts
 from localrag.grounded.pipeline import GroundedPipeline, retrieve
-from localrag.grounded.scoring import score_drafts, verifier_segments
+from localrag.grounded.scoring import draft_text, is_refusal, score_drafts, verifier_segments
 
 pytestmark = pytest.mark.slow
 
@@ -157,21 +159,45 @@ def test_answer_reports_drafts_scores_timing_and_cites_the_used_chunks(index, dr
     assert best.answer in result.text
 
 
+def test_the_chosen_draft_is_checked_and_cites_only_what_supports_it(index, drafter, verifier):
+    """With the answer layer's aligner, the final check: the chosen draft's sentence-level evidence
+    in its own subset. Its citations are the chunks that evidence cites (not its whole subset), the
+    other retrieved chunks are listed apart, and it is supported only if the evidence is too."""
+    cfg = CFG.with_(min_score=-1e9)
+    aligner = EvidenceAligner(index.embedder)
+    result = GroundedPipeline(drafter, verifier, cfg, aligner=aligner).answer(NOTICE_Q, index)
+    best = next(d for d in result.drafts if not is_refusal(d.answer))
+    _, relevant = retrieve(index, NOTICE_Q, cfg)
+    used = [relevant[i] for i in best.subset]
+    assert result.text == draft_text(best)
+    assert result.evidence == aligner.align(result.text, used, question=NOTICE_Q)
+    assert [c.chunk_id for c in result.citations] == list(result.evidence.cited)
+    assert set(result.evidence.cited) <= {h.chunk_id for h in used}
+    assert {c.chunk_id for c in result.citations + result.also_searched} == {h.chunk_id for h in relevant}
+    assert not {c.chunk_id for c in result.citations} & {c.chunk_id for c in result.also_searched}
+    assert result.supported == result.evidence.supported
+
+
 def test_nothing_relevant_means_no_answer_is_invented(index, drafter, verifier):
     result = GroundedPipeline(drafter, verifier, CFG).answer("What is the melting point of tungsten in kelvin?", index)
     assert not result.supported
-    assert result.drafts == [] and result.citations == []
-    assert "documents don't answer" in result.text
-    assert "melting point of tungsten" in result.searched and result.searched in result.text
+    assert result.drafts == [] and result.citations == [] and result.text == ""
     assert result.stats.grounded.unsupported_reason == "nothing relevant was retrieved"
+    refused = apply_policy(result, "warn", result.stats.grounded.unsupported_reason)  # nothing to warn about
+    assert refused.refusal.startswith("Your documents do not support an answer to this question "
+                                      "(nothing relevant was retrieved)")
+    assert "melting point of tungsten" in result.searched and result.searched in refused.refusal
 
 
 def test_no_draft_above_threshold_is_unsupported(index, drafter, verifier):
     result = GroundedPipeline(drafter, verifier, CFG.with_(min_score=1e9)).answer(NOTICE_Q, index)
-    assert not result.supported and result.citations == []
-    assert result.drafts  # shown for inspection, but not returned as the answer
-    assert "documents don't answer" in result.text and result.searched in result.text
-    assert all(d.answer not in result.text.split("\n")[0] or not d.answer for d in result.drafts)
+    assert not result.supported and result.drafts
+    best = next(d for d in result.drafts if not is_refusal(d.answer))
+    assert result.text == draft_text(best)  # kept, to be shown labelled as unsupported
+    why = result.stats.grounded.unsupported_reason
+    assert why == "no draft passed the verifier's threshold"
+    refused = apply_policy(result, "refuse", why)
+    assert refused.refused and why in refused.refusal and result.searched in refused.refusal
 
 
 def test_no_index_is_unsupported(drafter, verifier):

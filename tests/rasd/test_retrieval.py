@@ -6,7 +6,10 @@ import time
 
 import numpy as np
 
+from localrag.config import RasdConfig
+from localrag.rasd.phases import fuse, prune_retrieval
 from localrag.rasd.retrieval import Datastore, SuffixIndex
+from localrag.rasd.tree import DRAFT, TokenTree
 
 
 def test_suffix_index_finds_all_occurrences():
@@ -61,3 +64,24 @@ def test_lookup_is_fast_on_a_large_datastore():
     per = (time.perf_counter() - t0) / 20
     assert k >= 10 and tree.tokens[1] == docs[3][510]
     assert per < 0.005, f"lookup took {per * 1e3:.2f} ms"  # one target forward is >= ~7 ms here
+
+
+def test_trie_nodes_keep_the_corpus_position_they_were_copied_from():
+    """Copy provenance: a node continuing a corpus occurrence knows its corpus position, which
+    ``locate`` turns into (document, token offset); through pruning (select) and fusion with a
+    draft tree (merge) it is kept; a continuation found only in the context has none."""
+    ds = Datastore(separator=1000, max_match=8)
+    ds.set_documents([[1, 2, 3, 4, 5, 6], [9, 2, 3, 4, 7, 8]])
+    ds.set_context([60, 2, 3, 4, 40, 41, 50, 2, 3, 4])
+    tree, k = ds.lookup([50, 2, 3, 4], 4, max_depth=3)
+    assert k == 3
+    where = {tuple(tree.tokens[v] for v in tree.path_to(n)[1:]): tree.origins[n] for n in range(1, len(tree))}
+    assert [ds.locate(where[p]) for p in ((5,), (5, 6), (7,), (7, 8))] == [(0, 4), (0, 5), (1, 4), (1, 5)]
+    assert where[(40,)] == -1 and where[(40, 41)] == -1  # the context's own text: no corpus origin
+    pruned, cond = prune_retrieval(tree, RasdConfig(retrieval_top=8))
+    draft = TokenTree(4)
+    draft.add_node(0, 7, 0.9, DRAFT)  # the draft proposes 7 too: the fused node keeps the origin
+    fused, _ = fuse(draft, [1.0, 0.9], pruned, cond)
+    seven = fused.children[0][7]
+    assert fused.sources[seven] == DRAFT | 2 and ds.locate(fused.origins[seven]) == (1, 4)
+    assert fused.select([0, seven]).origins == [-1, fused.origins[seven]]

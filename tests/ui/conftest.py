@@ -1,7 +1,9 @@
 """Fakes for the UI handler tests: an engine, a document index and answer modes with the real result types.
 
 The handlers only need the interfaces, so these tests run in well under a second
-each, with no model loaded. The browser test (test_browser.py) uses the real stack.
+each, with no model loaded. The fake modes' answers go through the real evidence check
+(the aligner's lexical signals, no embedder) and the real policy. The browser test
+(test_browser.py) uses the real stack.
 """
 
 from __future__ import annotations
@@ -12,11 +14,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from localrag.answer import checked_result
 from localrag.config import AppConfig
+from localrag.evidence import EvidenceAligner
 from localrag.modes import AnswerMode, GroundedMode, PlainMode, SpeedupMode
-from localrag.rag.records import DocumentInfo, IngestEvent, IngestReport
+from localrag.rag.records import DocumentInfo, Hit, IngestEvent, IngestReport
 from localrag.results import (
-    AnswerResult,
     AnswerStats,
     Citation,
     GenerationStats,
@@ -119,10 +122,14 @@ class FakeIndex:
         pass
 
 
+ZEPHYR_HIT = Hit("v1:0", "Its primary mirror is 4.2 metres wide and was polished by Marta Ilves.",
+                 "/data/uploads/default/zephyr.md", None, 3, 4, (), 0.6, 3.0, 0.03)
+GARDEN_HIT = Hit("v2:0", "The community garden grows tomatoes, beans and sunflowers.",
+                 "/data/uploads/default/garden.txt", None, 1, 2, (), 0.1, 0.5, 0.02)
+
+
 def citation(file: str = "/data/uploads/default/zephyr.md") -> Citation:
-    return Citation(file=file, page=None, line_start=3, line_end=4, snippet="Its primary mirror is 4.2 metres…",
-                    text="Its primary mirror is 4.2 metres wide and was polished by Marta Ilves.",
-                    chunk_id="v1:0", label="zephyr.md lines 3-4")
+    return Citation.from_hit(ZEPHYR_HIT)
 
 
 class FakeAnswering:
@@ -173,8 +180,11 @@ def _fake_stream(self: AnswerMode, answerer, request):
         drafts = [GroundedDraft("Marta Ilves", "The text says Marta Ilves polished it.", [citation()],
                                 -3.2, -4.1, -0.2, -1.1),
                   GroundedDraft("Quillfield", "The town is Quillfield.", [citation()], -2.9, -6.0, -2.3, -3.4)]
-    yield AnswerResult(text="".join(written).strip(), mode=self.id, citations=[citation()], supported=True,
-                       drafts=drafts, stats=_stats(self.id), searched='searched "q" in collection "default"')
+    text = "".join(written).strip()
+    retrieved = [ZEPHYR_HIT, GARDEN_HIT]
+    evidence = EvidenceAligner().align(text, retrieved, question=request.question)
+    yield checked_result(text, self.id, evidence, retrieved, _stats(self.id), 'searched "q" in collection "default"',
+                         self.policy(request), drafts)
 
 
 class FakePlain(PlainMode):

@@ -18,7 +18,7 @@ from localrag.ui.handlers import (
 )
 from localrag.ui.render import accepted_per_step, stats_line
 from localrag.ui.services import Settings
-from tests.ui.conftest import FakeEngine
+from tests.ui.conftest import ZEPHYR_HIT, FakeEngine
 
 
 def run(gen):
@@ -29,6 +29,11 @@ def run(gen):
 
 def texts(messages):
     return [m["content"] for m in messages]
+
+
+def words(content: str) -> str:
+    """A message as its reader sees it: the HTML tags dropped."""
+    return re.sub(r"<[^>]+>", "", content)
 
 
 def titles(messages):
@@ -45,10 +50,11 @@ def test_respond_streams_then_saves_with_citation_and_stats(make_services):
     final = views[-1]
     assert not final.busy and final.chat_id is not None
     assert final.messages[0] == {"role": "user", "content": "Who polished the mirror?"}
-    assert final.messages[1]["content"] == "Marta Ilves polished it."
+    assert final.messages[1]["content"] == "Marta Ilves polished it.<sup>[1]</sup>"  # its computed citation
     assert "📚 Sources (1)" in titles(final.messages)
     child = next(m for m in final.messages if m.get("metadata", {}).get("parent_id"))
     assert "zephyr.md lines 3-4" in child["metadata"]["title"] and "Marta Ilves" in child["content"]
+    assert "🔎 Also searched (1) · not cited" in titles(final.messages)  # garden.txt supports nothing
     assert "Plain · 42.0 tok/s · 1 token/step · 1.00× (plain baseline)" in final.messages[-1]["content"]
     assert [t.answer for t in s.history.turns(final.chat_id)] == ["Marta Ilves polished it."]
 
@@ -66,7 +72,8 @@ def test_history_survives_restart(make_services):
     assert chat_label(info, now=info.updated + 3 * 86400) == time.strftime(
         "Who polished the mirror? · Plain · %d %b %H:%M", time.localtime(info.updated))  # older: the date too
     loaded = ChatController(second).load(view.chat_id)
-    assert texts(loaded.messages)[:2] == ["Who polished the mirror?", "Marta Ilves polished it."]
+    assert texts(loaded.messages)[:2] == ["Who polished the mirror?", "Marta Ilves polished it.<sup>[1]</sup>"]
+    assert loaded.messages == view.messages  # a stored chat re-renders the same way
 
 
 def test_follow_up_sends_history_and_new_chat_is_separate(make_services, fake_answering):
@@ -175,7 +182,7 @@ def test_stop_in_one_tab_leaves_the_other_answering_and_the_waiting_tab_shows_it
     release_a.set()
     ta.join(10)
     a = views["a"][-1].messages
-    assert a[1]["content"] == "Marta Ilves polished it." and "Stopped" not in a[1]["content"]
+    assert words(a[1]["content"]) == "Marta Ilves polished it.[1]" and "Stopped" not in a[1]["content"]
     assert a[-1]["content"].startswith("<small>⚡ Plain")
 
 
@@ -208,8 +215,63 @@ def test_regenerate_replaces_last_turn(make_services, fake_answering):
     fake_answering.pieces = ["Another ", "answer."]
     final = run(chat.regenerate(cid, Settings()))[-1]
     assert [t.answer for t in s.history.turns(cid)] == ["Another answer."]
-    assert final.messages[1]["content"] == "Another answer."
+    assert words(final.messages[1]["content"]).startswith("Another answer.")
     assert run(chat.regenerate(None, Settings()))[-1].note == "Nothing to regenerate."
+
+
+UNSUPPORTED = ["Marta Ilves polished it. ", "The primary mirror is 9 metres wide."]
+
+
+def test_supported_span_is_highlighted_and_an_unsupported_sentence_is_marked(make_services, fake_answering):
+    """Computed citations: [1] after the supported sentence, its span in <mark> inside the chunk; the
+    sentence with a number the documents lack is underlined with dots, its tooltip says why."""
+    fake_answering.pieces = UNSUPPORTED
+    s = make_services()
+    final = run(ChatController(s).respond(None, "Who polished the mirror?", Settings()))[-1]
+    body = final.messages[1]["content"]
+    assert body.startswith("Marta Ilves polished it.<sup>[1]</sup> <span class=\"lr-unsupported\"")
+    assert 'title="not found in your documents (number &quot;9&quot; not in the sources)"' in body
+    assert "underline dotted" in body and ">The primary mirror is 9 metres wide.</span>" in body
+    chunk = next(m["content"] for m in final.messages if m.get("metadata", {}).get("id") == "sources-0-1")
+    assert "<mark>" in chunk and re.sub(r"</?mark>", "", chunk) == ZEPHYR_HIT.text
+    assert "Marta" in "".join(re.findall(r"<mark>(.*?)</mark>", chunk))
+
+
+def test_unsupported_answer_warns_or_refuses_as_set(make_services, fake_answering):
+    """Nothing of the answer is in the documents: Plain warns by default (the answer shown, marked,
+    with what was searched); set to refuse, it says the documents do not support an answer and
+    keeps the answer collapsed, labelled; Grounded refuses by default."""
+    fake_answering.pieces = ["Take 400 mg of ibuprofen every 4 hours."]
+    s = make_services()
+    chat = ChatController(s)
+    warned = run(chat.respond(None, "What is the ibuprofen dosage?", Settings()))[-1]
+    body = warned.messages[1]["content"]
+    assert 'class="lr-unsupported"' in body and "⚠️ *Your documents do not support this answer" in body
+    assert 'What was searched: searched "q" in collection "default"' in body
+    assert "📚 Sources" not in "".join(titles(warned.messages))  # nothing supports it: no citation
+    assert "🔎 Also searched (2) · not cited" in titles(warned.messages)
+    for settings in (Settings(on_unsupported="refuse"), Settings(mode="grounded")):
+        refused = run(chat.respond(None, "What is the ibuprofen dosage?", settings))[-1]
+        body = refused.messages[1]["content"]
+        assert body.startswith("🚫 **Your documents do not support an answer to this question")
+        assert "ibuprofen" not in body and "What was searched:" in body
+        panel = next(m for m in refused.messages if "Unsupported answer" in m.get("metadata", {}).get("title", ""))
+        assert panel["metadata"]["title"] == "⚠️ Unsupported answer (not found in your documents)"
+        assert "Take 400 mg of ibuprofen every 4 hours." in panel["content"]
+        turn = s.history.turns(refused.chat_id)[0]
+        assert turn.refusal and turn.answer == "Take 400 mg of ibuprofen every 4 hours." and turn.supported is False
+        assert chat.load(refused.chat_id).messages == refused.messages  # stored, it re-renders the same
+    follow = run(chat.respond(refused.chat_id, "and for children?", Settings()))[-1]
+    assert follow.chat_id == refused.chat_id
+    history = fake_answering.last_request.history  # the model sees the refusal, not the refused text
+    assert history[1]["content"].startswith("Your documents do not support an answer") and "400 mg" not in history[1]["content"]
+
+
+def test_model_and_document_html_is_escaped(make_services, fake_answering):
+    fake_answering.pieces = ["<img src=x onerror=alert(1)> Marta Ilves polished it."]
+    s = make_services()
+    final = run(ChatController(s).respond(None, "Who polished the mirror?", Settings()))[-1]
+    assert "<img" not in "".join(texts(final.messages)) and "&lt;img src=x onerror=alert(1)&gt;" in final.messages[1]["content"]
 
 
 def test_speedup_mode_stats_and_plot(make_services):
