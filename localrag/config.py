@@ -74,8 +74,23 @@ class ModelConfig:
 
 
 @dataclass(frozen=True)
+class RepetitionConfig:
+    """The repetition guard (``localrag.repetition``): an answer stops at its first looping repeat.
+
+    min_words: a repeated sentence this long (in words) stops the answer.
+    min_span, max_period: a span of p <= max_period tokens written again back to back stops the
+    answer once the repetition is max(p, min_span) tokens long.
+    """
+
+    min_words: int = 3
+    min_span: int = 16
+    max_period: int = 64
+
+
+@dataclass(frozen=True)
 class GenerationConfig:
-    """Decoding settings. temperature == 0 means greedy (argmax)."""
+    """Decoding settings. temperature == 0 means greedy (argmax). repetition: the repetition
+    guard's settings (None: off; every mode applies the same guard to the emitted tokens)."""
 
     max_tokens: int = 256
     temperature: float = 0.0
@@ -83,6 +98,7 @@ class GenerationConfig:
     top_p: float = 1.0  # 1.0 = off
     seed: int | None = None
     stop: tuple[str, ...] = ()
+    repetition: RepetitionConfig | None = field(default_factory=RepetitionConfig)
 
     @property
     def greedy(self) -> bool:

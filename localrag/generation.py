@@ -23,6 +23,7 @@ import numpy as np
 
 from localrag.backends.base import Backend
 from localrag.config import GenerationConfig
+from localrag.repetition import RepetitionGuard
 from localrag.results import GenerationStats, RasdStats
 
 
@@ -138,6 +139,11 @@ class TextAssembler:
         self.text += out
         return out
 
+    @property
+    def decoded(self) -> str:
+        """Every whole character decoded so far, including text held back for a possible stop string."""
+        return self.text + self._pending
+
     def finish(self) -> str:
         if self.stopped:
             return ""
@@ -145,7 +151,13 @@ class TextAssembler:
 
 
 class Generation:
-    """Iterate to stream text; afterwards `.text`, `.tokens` and `.stats` hold the result."""
+    """Iterate to stream text; afterwards `.text`, `.tokens` and `.stats` hold the result.
+
+    With ``config.repetition`` (the default) every emitted token also goes through the repetition
+    guard (``localrag.repetition``): on a looping repeat the answer ends where the repeat began,
+    ``stats.stop_reason`` is ``"repetition"``, and the streamed text never held the repeat.
+    ``.text`` is what was streamed; ``.tokens`` every token decoded (the repeat included).
+    """
 
     def __init__(
         self,
@@ -161,10 +173,19 @@ class Generation:
         self.tokens: list[int] = []
         self.stats = GenerationStats(prompt_tokens=len(prompt_tokens))
         self._assembler = TextAssembler(config.stop)
+        self._guard = RepetitionGuard(config.repetition) if config.repetition is not None else None
+        self._written = ""  # the assembler's output so far (stop strings cut)
+        self._text = ""  # the part of it released to the reader
 
     @property
     def text(self) -> str:
-        return self._assembler.text
+        return self._text
+
+    def _release(self, upto: int) -> str:
+        """The written text not yet released, up to character ``upto``."""
+        piece = self._written[len(self._text):max(upto, len(self._text))]
+        self._text += piece
+        return piece
 
     def __iter__(self) -> Iterator[str]:
         be, cfg, stats = self.backend, self.config, self.stats
@@ -185,9 +206,19 @@ class Generation:
                         break
                     self.tokens.append(tok)
                     stats.generated_tokens += 1
-                    piece = self._assembler.feed(be.token_bytes(tok))
+                    self._written += self._assembler.feed(be.token_bytes(tok))
+                    hold = len(self._written)
+                    if self._guard is not None:
+                        self._guard.push(tok, self._assembler.decoded)
+                        hold = self._guard.hold
+                        if self._guard.fired:  # the answer ends where the repeat began
+                            self._written = self._assembler.decoded[:hold]
+                            stats.stop_reason = "repetition"
+                    piece = self._release(hold)
                     if piece:
                         yield piece
+                    if stats.stop_reason == "repetition":
+                        break
                     if self._assembler.stopped:
                         stats.stop_reason = "stop"
                         break
@@ -200,7 +231,9 @@ class Generation:
             steps.close()
             stats.decode_seconds = time.perf_counter() - t1
             stats.decoder = self.decoder.stats
-        tail = self._assembler.finish()
+        if stats.stop_reason != "repetition":
+            self._written += self._assembler.finish()
+        tail = self._release(len(self._written))
         if tail:
             yield tail
 

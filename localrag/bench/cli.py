@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from localrag.bench import api, grounding, ingest, kernels, pipeline, plain, qa, retrieval, speed
+from localrag.bench import api, grounding, ingest, kernels, pipeline, plain, prompts, qa, repetition, retrieval, speed
 
-BENCH_MODULES = (plain, kernels, ingest, pipeline, retrieval, speed, qa, grounding, api)
+BENCH_MODULES = (plain, kernels, ingest, pipeline, retrieval, speed, qa, grounding, prompts, repetition, api)
 
 
 def add_cli(subparsers) -> None:

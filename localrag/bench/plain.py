@@ -55,7 +55,7 @@ def run(args) -> int:
                 n_threads_batch=threads, flash_attn=False, n_gpu_layers=engine.backend.gpu_layers, verbose=False)
     prompt_text = engine.prompt.render([{"role": "user", "content": QUESTION}])
     prompt_tokens = engine.encode_prompt(prompt_text)
-    gen_cfg = GenerationConfig(max_tokens=args.max_new_tokens)
+    gen_cfg = GenerationConfig(max_tokens=args.max_new_tokens, repetition=None)  # Llama has no repetition guard
     ours_tps, ref_tps, same = [], [], 0
     for _ in range(args.rounds):
         engine.backend.reset()

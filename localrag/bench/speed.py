@@ -209,7 +209,7 @@ def _extra_methods(args) -> dict:
 
 
 def _encode(engine, p: dict, max_new: int) -> tuple[list[int], GenerationConfig]:
-    cfg = GenerationConfig(max_tokens=max_new)
+    cfg = GenerationConfig(max_tokens=max_new, repetition=None)  # decoding speed over whole continuations, as the peers
     if p.get("chat", True):
         text = engine.prompt.render(p.get("messages") or [{"role": "user", "content": p["prompt"]}])
         cfg = cfg.with_(stop=engine.prompt.stop)
