@@ -16,13 +16,19 @@ empty cache, so machine load hits all alike):
   retrieval  RASD decoder, retrieval tree only
   draft      RASD decoder, draft-model tree only (needs --draft)
   rasd       RASD decoder, retrieval + draft (when --draft) fused, cost-aware budget
+  llama-lookup, llama-lookup-dN, llama-bench
+             llama.cpp's own C++ programs (``speed_peer``): n-gram lookup decoding at its default
+             draft length or N, and plain C++ decoding at the prompt's depth; built on demand from
+             the llama.cpp that llama-cpp-python vendors (``peer``), skipped with the reason when
+             they cannot be built
 
 Per suite it reports:
   * how many prompts each method answered token for token as plain's first round did, in every
     round (plain itself: its later rounds), as a plain count: "ident 30/30";
   * the median speedup over plain: tokens/s ratios per prompt and round, each against the plain
     run of the same round (with ``--backend hf`` also against ``hf-plain``);
-  * tokens/s, mean accepted tokens per target forward;
+  * tokens/s (``tokens_per_s``, median over prompts x rounds), mean accepted tokens per target
+    forward, and every method's tokens/s over each llama-lookup peer's in the same round;
   * a diagnostic for divergences: whether plain's top-2 logit margin there was below the
     measured batched-vs-single noise bound (a near-tie). The bound is the largest logit
     difference between plain's logits and the speculative decoders' own verification logits at
@@ -51,7 +57,10 @@ from llama_cpp import Llama
 from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
 from localrag.backends.base import Backend
+from localrag.bench.peer import PeerUnavailable, peer_tools
 from localrag.bench.speed_data import SUITES, load_prompts_file, load_suite
+from localrag.bench.speed_peer import PEER_METHODS, CppPeers, is_peer_method
+from localrag.bench.speed_report import first_divergence, print_report, slim, summarise
 from localrag.config import GenerationConfig, ModelConfig, RasdConfig
 from localrag.engine import Engine
 from localrag.generation import Decoder, Generation, PlainDecoder, Sampler
@@ -59,7 +68,7 @@ from localrag.models import ModelError
 from localrag.rasd import RasdDecoder, load_draft
 from localrag.rasd.budget import CostModel
 
-METHODS = ("plain", "plain-cached", "pld", "retrieval", "draft", "rasd")
+METHODS = ("plain", "plain-cached", "pld", "retrieval", "draft", "rasd", *PEER_METHODS)
 
 
 def add_bench_cli(sub) -> None:
@@ -74,7 +83,7 @@ def add_bench_cli(sub) -> None:
     p.add_argument("--n", type=int, default=4, help="prompts per suite")
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--methods", default="plain,plain-cached,pld,retrieval,rasd",
-                   help=f"comma list of {','.join(METHODS)}")
+                   help=f"comma list of {','.join(METHODS)} or llama-lookup-dN (a draft of N tokens)")
     p.add_argument("--repeats", type=int, default=3, help="interleaved rounds per prompt (median time)")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--no-deterministic", action="store_true",
@@ -179,7 +188,7 @@ def verify_noise(plain_record: dict, spec_rows: list[np.ndarray], spec_tokens: l
     the shared prefill). Only tokens before the first divergence count (after it the contexts
     differ, and at it the difference is what is being explained)."""
     single, top2 = plain_record["logits"], plain_record["top2"]
-    div = _first_divergence(spec_tokens, plain_record["tokens"])
+    div = first_divergence(spec_tokens, plain_record["tokens"])
     n = min(len(single), len(spec_rows) + 1, div if div is not None else len(single))
     max_abs, max_margin = 0.0, 0.0
     for j in range(1, n):
@@ -208,19 +217,21 @@ def _extra_methods(args) -> dict:
     return speed_hf.extra_methods(args)
 
 
-def _encode(engine, p: dict, max_new: int) -> tuple[list[int], GenerationConfig]:
-    cfg = GenerationConfig(max_tokens=max_new, repetition=None)  # decoding speed over whole continuations, as the peers
+def _encode(engine, p: dict, max_new: int) -> tuple[str, list[int], GenerationConfig]:
+    """The prompt's rendered text (chat template applied for chat prompts), its ids and the config
+    (no repetition guard: decoding speed over whole continuations, as the peers decode)."""
+    cfg = GenerationConfig(max_tokens=max_new, repetition=None)
     if p.get("chat", True):
         text = engine.prompt.render(p.get("messages") or [{"role": "user", "content": p["prompt"]}])
         cfg = cfg.with_(stop=engine.prompt.stop)
     else:
         text = p["prompt"]
-    return engine.encode_prompt(text), cfg
+    return text, engine.encode_prompt(text), cfg
 
 
 def run_suite(
     engine, prompts: list[dict], methods: list[str], decoders: dict, pld, extra: dict, max_new: int,
-    repeats: int = 1,
+    repeats: int = 1, peers: CppPeers | None = None,
 ) -> dict:
     """Every method on every prompt, `repeats` rounds interleaved; per method the median decode time.
 
@@ -231,7 +242,7 @@ def run_suite(
     rows: list[dict] = []
     noise = {"max_abs_logit_diff": 0.0, "max_margin_diff": 0.0}
     for i, p in enumerate(prompts):
-        ids, cfg = _encode(engine, p, max_new)
+        text, ids, cfg = _encode(engine, p, max_new)
         rec = {"margins": [], "top2": [], "logits": []}
         runs: dict[str, list[dict]] = {}
         for rnd in range(repeats):
@@ -239,12 +250,15 @@ def run_suite(
             runs.setdefault("plain", []).append(plain)
             if rnd == 0:
                 rec["tokens"] = plain["tokens"]
+                plain_text = engine.backend.detokenize(plain["tokens"])
             for m in methods:
                 if m == "plain" or (m == "pld" and pld is None) or (m == "plain-cached" and rnd > 0):
                     continue
                 if m == "pld":
                     r = pld.run(ids, cfg)
                     r["identical"] = r.pop("text") == engine.backend.detokenize(runs["plain"][0]["tokens"])
+                elif is_peer_method(m):
+                    r = peers.run(m, text, ids, cfg, plain_text)
                 elif m == "plain-cached":
                     r = run_cached(engine, ids, cfg)
                 elif m in extra:
@@ -258,7 +272,7 @@ def run_suite(
                         nb = verify_noise(rec, dec.record_logits, r["tokens"])
                         noise = {k: max(noise[k], nb[k]) for k in noise}
                         dec.record_logits = None
-                if m != "pld":
+                if "identical" not in r:
                     r["identical"] = r["tokens"] == runs["plain"][0]["tokens"]
                 runs.setdefault(m, []).append(r)
             if rnd > 0:
@@ -272,8 +286,9 @@ def run_suite(
             if m == "pld":
                 row[m]["llama_plain_s_rounds"] = [r["llama_plain_s"] for r in rs]
                 row[m]["llama_plain_s"] = statistics.median(r["llama_plain_s"] for r in rs)
-                row[m]["n_rounds"] = [r["n"] for r in rs]
                 row[m]["n_plain_rounds"] = [r["n_plain"] for r in rs]
+            if "n" in rs[0]:  # timed outside our Generation: its own token counts
+                row[m]["n_rounds"] = [r["n"] for r in rs]
             else:
                 row[m]["n_tokens_rounds"] = [len(r["tokens"]) for r in rs]
         row["plain"]["margins"] = rec["margins"]
@@ -282,105 +297,10 @@ def run_suite(
     return {"rows": rows, "noise": noise}
 
 
-def _round_ratios(run: dict, base: dict, n_key: str = "n_tokens", base_n_key: str = "n_tokens",
-                  base_s_key: str = "decode_s") -> list[float]:
-    """tokens/s of `run` over `base`'s, one ratio per round, each from that round's own token
-    counts and times: each round's runs are adjacent in time, so a slow drift of the machine
-    cancels; medians are then over prompts x rounds."""
-    seconds, base_seconds = _rounds(run), _rounds(base, base_s_key)
-    ns, base_ns = _rounds(run, n_key, len(seconds)), _rounds(base, base_n_key, len(base_seconds))
-    return [(n / b) / (nb / a) if a and b and nb else 0.0
-            for n, b, nb, a in zip(ns, seconds, base_ns, base_seconds, strict=False)]
-
-
-def _rounds(run: dict, key: str = "decode_s", n: int = 1) -> list:
-    """A run's per-round values of `key` (one recorded without rounds counts as n equal rounds; a
-    token count missing altogether is the length of the first round's tokens)."""
-    if f"{key}_rounds" in run:
-        return run[f"{key}_rounds"]
-    return [run[key] if key in run else len(run["tokens"])] * n
-
-
-def _first_divergence(a: list[int], b: list[int]) -> int | None:
-    for i, (x, y) in enumerate(zip(a, b, strict=False)):
-        if x != y:
-            return i
-    return None if len(a) == len(b) else min(len(a), len(b))
-
-
-def summarise(result: dict, methods: list[str]) -> dict:
-    rows, bound = result["rows"], result["noise"]["max_abs_logit_diff"]
-    out = {"noise_bound": result["noise"]}
-    for m in methods:
-        sp, tps, acc, orc, est, look, sp_hf = [], [], [], [], [], [], []
-        same = compared = ties = 0
-        hw = dhw = None
-        split = {"retrieve": 0.0, "draft": 0.0, "verify": 0.0, "plain": 0.0}
-        n = 0
-        for r in rows:
-            if m not in r:
-                continue
-            n += 1
-            plain, x = r["plain"], r[m]
-            if m == "plain":
-                sp.append(1.0), acc.append(1.0)
-                tps.append(len(plain["tokens"]) / plain["decode_s"] if plain["decode_s"] else 0.0)
-                if x["identical_rounds"]:  # a later round to compare with
-                    compared += 1
-                    same += all(x["identical_rounds"])
-                continue
-            compared += 1
-            same += all(x["identical_rounds"])
-            if m == "pld":  # against llama-cpp-python's own plain run of the same round
-                tps.append(x["n"] / x["decode_s"] if x["decode_s"] else 0.0)
-                sp.extend(_round_ratios(x, x, "n", "n_plain", "llama_plain_s"))
-                continue
-            tps.append(len(x["tokens"]) / x["decode_s"] if x["decode_s"] else 0.0)
-            sp.extend(_round_ratios(x, plain))  # one ratio per round, against the plain run of the same round
-            d = _first_divergence(x["tokens"], plain["tokens"])
-            if d is not None and d < len(plain["margins"]) and plain["margins"][d] <= bound:
-                ties += 1
-            if m == "plain-cached":
-                continue
-            if "hf-plain" in r:  # the transformers backend: also against transformers' own greedy loop
-                sp_hf.extend(_round_ratios(x, r["hf-plain"]))
-            st = x["stats"]
-            acc.append(st.get("mean_accepted", 1.0))
-            orc.append(st.get("oracle_speedup", 1.0))
-            hw = st.get("hardware_limit_speedup", hw)
-            dhw = st.get("draft_limit_speedup", dhw)
-            est.append(st.get("speedup_vs_plain", 0.0))
-            look.append(st.get("lookup_ms_mean", 0.0))
-            for k in split:
-                split[k] += st.get(f"time_{k}_s", 0.0)
-        if not n:
-            continue
-        out[m] = {
-            "n": n,
-            # prompts answered token for token as plain's first round, in every round (plain: its
-            # later rounds), out of `compared` (plain with one round has nothing to compare)
-            "identical": same if compared else None,
-            "compared": compared,
-            "median_speedup": statistics.median(sp),
-            "median_speedup_vs_hf_plain": statistics.median(sp_hf) if sp_hf else None,
-            "median_tokens_per_s": statistics.median(tps),
-            "mean_accepted": float(np.mean(acc)) if acc else None,
-            # diagnostic: first-round divergences where plain's top-2 margin was within the noise bound
-            "diverged_at_near_tie": ties,
-            "oracle_speedup_median": statistics.median(orc) if orc else None,
-            "estimated_speedup_median": statistics.median(est) if est else None,
-            "lookup_ms_mean": float(np.mean(look)) if look else None,
-            "hardware_limit_speedup": hw,
-            "draft_limit_speedup": dhw,  # the same with every chain token written by the draft model
-            "time_split_s": split if m not in ("plain", "plain-cached", "pld") else None,
-        }
-    return out
-
-
 def cmd_speed(args) -> int:
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     extra = _extra_methods(args)
-    bad = [m for m in methods if m not in METHODS and m not in extra]
+    bad = [m for m in methods if m not in METHODS and m not in extra and not is_peer_method(m)]
     if bad:
         print(f"error: unknown method(s) {bad}; choose from {list(METHODS) + list(extra)}", file=sys.stderr)
         return 2
@@ -407,64 +327,33 @@ def cmd_speed(args) -> int:
     pld = None
     if "pld" in methods and args.backend == "llamacpp":
         pld = PldRunner(str(engine.backend.model_spec.path), args.ctx, args.threads)
+    peers, skipped = _peers(methods, engine, args)
+    methods = [m for m in methods if m not in skipped]
     suites = [args.prompts] if args.prompts else [s.strip() for s in args.suite.split(",")]
     report = {"model": engine.model_name, "draft": args.draft, "deterministic": engine.backend.deterministic,
-              "cost_curve_ms": cost.to_dict(), "suites": {}}
+              "cost_curve_ms": cost.to_dict(), "skipped": skipped, "suites": {}}
     for suite in suites:
         prompts = load_prompts_file(suite, args.n) if args.prompts else load_suite(suite, args.n)
-        result = run_suite(engine, prompts, methods, decoders, pld, extra, args.max_new_tokens, args.repeats)
-        report["suites"][suite] = {"summary": summarise(result, methods), "rows": _slim(result["rows"])}
+        result = run_suite(engine, prompts, methods, decoders, pld, extra, args.max_new_tokens, args.repeats, peers)
+        report["suites"][suite] = {"summary": summarise(result, methods), "rows": slim(result["rows"])}
     if args.json:
         print(json.dumps(report, indent=1, default=float))
     else:
-        _print(report)
+        print_report(report)
     return 0
 
 
-def _slim(rows: list[dict]) -> list[dict]:
-    """Per-prompt records without the bulky token and margin lists."""
-    out = []
-    for r in rows:
-        d = {"prompt": r["prompt"], "prompt_tokens": r["prompt_tokens"]}
-        for m, x in r.items():
-            if isinstance(x, dict):
-                d[m] = {k: v for k, v in x.items() if k not in ("tokens", "margins")}
-                if "tokens" in x:
-                    d[m]["n_tokens"] = len(x["tokens"])
-        out.append(d)
-    return out
+def _peers(methods: list[str], engine: Engine, args) -> tuple[CppPeers | None, dict[str, str]]:
+    """The C++ peers if any method needs them (built on first use), and the methods skipped with why."""
+    wanted = [m for m in methods if is_peer_method(m)]
+    if not wanted:
+        return None, {}
+    if args.backend != "llamacpp":
+        return None, dict.fromkeys(wanted, "the C++ peers run GGUF models with llama.cpp: use --backend llamacpp")
+    try:
+        return CppPeers(peer_tools(), engine, args.ctx), {}
+    except PeerUnavailable as exc:
+        print(f"bench speed: {', '.join(wanted)} skipped: {exc}", file=sys.stderr)
+        return None, dict.fromkeys(wanted, str(exc))
 
 
-def _print(report: dict) -> None:
-    print(f"model {report['model']}  draft {report['draft']}  deterministic {report.get('deterministic')}  "
-          f"T(k) ms {report['cost_curve_ms']}")
-    for suite, d in report["suites"].items():
-        s = d["summary"]
-        nb = s["noise_bound"]
-        counts = ", ".join(f"{'plain repeated' if m == 'plain' else m} {r['identical']}/{r['compared']}"
-                           for m, r in s.items() if m != "noise_bound" and r["identical"] is not None)
-        print(f"\n== {suite}  identical to plain: {counts}")
-        print(
-            f"{'method':12} {'ident':>6} {'speedup':>8} {'tok/s':>7} {'acc/step':>8} {'oracle/hw':>9}  time split s"
-            f"   [diagnostic: near-tie divergences, noise bound max |dlogit| {nb['max_abs_logit_diff']:.3f}]"
-        )
-        for m, r in s.items():
-            if m == "noise_bound":
-                continue
-            ident = f"{r['identical']}/{r['compared']}" if r["identical"] is not None else "-"
-            acc = f"{r['mean_accepted']:.2f}" if r["mean_accepted"] is not None else "-"
-            orc = f"{r['oracle_speedup_median']:.2f}" if r["oracle_speedup_median"] is not None else "-"
-            if r.get("hardware_limit_speedup"):
-                orc += f"/{r['hardware_limit_speedup']:.2f}"
-            if r.get("draft_limit_speedup"):
-                orc += f"/{r['draft_limit_speedup']:.2f}"
-            split = " ".join(f"{k}={v:.2f}" for k, v in (r["time_split_s"] or {}).items())
-            if r.get("median_speedup_vs_hf_plain") is not None:
-                split = f"vs hf-plain {r['median_speedup_vs_hf_plain']:.2f}  " + split
-            if r.get("lookup_ms_mean") is not None:
-                split += f" lookup={r['lookup_ms_mean']:.2f}ms/step"
-            if r["diverged_at_near_tie"]:
-                split += f"  [near-tie divergences: {r['diverged_at_near_tie']}]"
-            print(
-                f"{m:12} {ident:>6} {r['median_speedup']:8.2f} {r['median_tokens_per_s']:7.1f} {acc:>8} {orc:>9}  {split}"
-            )

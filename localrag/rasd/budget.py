@@ -114,7 +114,7 @@ class CostModel:
         self._table = np.interp(np.arange(int(self.ks[-1]) + 2), self.ks, self.sec).tolist()
 
     def to_dict(self) -> dict:
-        return {"k": self.ks.astype(int).tolist(), "ms": [round(s * self.load * 1e3, 3) for s in self.sec]}
+        return {"k": self.ks.astype(int).tolist(), "ms": [round(float(s) * self.load * 1e3, 3) for s in self.sec]}
 
     @classmethod
     def linear(cls, base_s: float = 0.01, per_token_s: float = 0.003) -> CostModel:

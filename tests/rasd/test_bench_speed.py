@@ -9,13 +9,14 @@ import sys
 import numpy as np
 import pytest
 
-from localrag.bench.speed import _first_divergence, summarise, verify_noise
+from localrag.bench.speed import verify_noise
+from localrag.bench.speed_report import first_divergence, summarise
 
 
-def test_first_divergence():
-    assert _first_divergence([1, 2, 3], [1, 2, 3]) is None
-    assert _first_divergence([1, 2, 3], [1, 5, 3]) == 1
-    assert _first_divergence([1, 2], [1, 2, 3]) == 2
+def testfirst_divergence():
+    assert first_divergence([1, 2, 3], [1, 2, 3]) is None
+    assert first_divergence([1, 2, 3], [1, 5, 3]) == 1
+    assert first_divergence([1, 2], [1, 2, 3]) == 2
 
 
 def test_summarise_counts_identical_outputs_in_every_round():

@@ -1,0 +1,188 @@
+"""``bench speed``'s summary and printout: medians over prompts x rounds, ratios within a round.
+
+Every ratio is taken between two runs of the same prompt and round (adjacent in time, so a slow
+drift of the machine's load cancels); the reported figure is the median over prompts and rounds.
+Tokens/s (``tokens_per_s``) is likewise the median over prompts x rounds of each run's own
+tokens / decode seconds.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import numpy as np
+
+from localrag.bench.speed_peer import is_peer_method
+
+# methods whose runs count tokens as "n" (timed outside our Generation) rather than by their tokens
+COUNTED = ("pld",)
+
+
+def _n_key(method: str) -> str:
+    return "n" if method in COUNTED or is_peer_method(method) else "n_tokens"
+
+
+def round_ratios(run: dict, base: dict, n_key: str = "n_tokens", base_n_key: str = "n_tokens",
+                 base_s_key: str = "decode_s") -> list[float]:
+    """tokens/s of `run` over `base`'s, one ratio per round, each from that round's own token
+    counts and times: each round's runs are adjacent in time, so a slow drift of the machine
+    cancels; medians are then over prompts x rounds."""
+    seconds, base_seconds = _rounds(run), _rounds(base, base_s_key)
+    ns, base_ns = _rounds(run, n_key, len(seconds)), _rounds(base, base_n_key, len(base_seconds))
+    return [(n / b) / (nb / a) if a and b and nb else 0.0
+            for n, b, nb, a in zip(ns, seconds, base_ns, base_seconds, strict=False)]
+
+
+def round_tokens_per_s(run: dict, n_key: str = "n_tokens") -> list[float]:
+    """The run's tokens/s in each round."""
+    seconds = _rounds(run)
+    return [n / s if s else 0.0 for n, s in zip(_rounds(run, n_key, len(seconds)), seconds, strict=False)]
+
+
+def _rounds(run: dict, key: str = "decode_s", n: int = 1) -> list:
+    """A run's per-round values of `key` (one recorded without rounds counts as n equal rounds; a
+    token count missing altogether is the length of the first round's tokens)."""
+    if f"{key}_rounds" in run:
+        return run[f"{key}_rounds"]
+    return [run[key] if key in run else len(run["tokens"])] * n
+
+
+def first_divergence(a: list[int], b: list[int]) -> int | None:
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def summarise(result: dict, methods: list[str]) -> dict:
+    rows, bound = result["rows"], result["noise"]["max_abs_logit_diff"]
+    out = {"noise_bound": result["noise"]}
+    peers = [m for m in methods if is_peer_method(m) and m != "llama-bench"]
+    for m in methods:
+        sp, tps, acc, orc, est, look, sp_hf = [], [], [], [], [], [], []
+        vs: dict[str, list[float]] = {p: [] for p in peers if p != m}
+        same = compared = ties = 0
+        hw = dhw = None
+        split = {"retrieve": 0.0, "draft": 0.0, "verify": 0.0, "plain": 0.0}
+        n = 0
+        for r in rows:
+            if m not in r:
+                continue
+            n += 1
+            plain, x = r["plain"], r[m]
+            tps.extend(round_tokens_per_s(x, _n_key(m)))
+            for p in vs:
+                if p in r:
+                    vs[p].extend(round_ratios(x, r[p], _n_key(m), "n"))
+            if m == "plain":
+                sp.append(1.0), acc.append(1.0)
+                if x["identical_rounds"]:  # a later round to compare with
+                    compared += 1
+                    same += all(x["identical_rounds"])
+                continue
+            if None not in x["identical_rounds"]:  # llama-bench decodes no answer to compare
+                compared += 1
+                same += all(x["identical_rounds"])
+            if m == "pld":  # against llama-cpp-python's own plain run of the same round
+                sp.extend(round_ratios(x, x, "n", "n_plain", "llama_plain_s"))
+                continue
+            sp.extend(round_ratios(x, plain, _n_key(m)))  # one ratio per round, against plain's same round
+            if is_peer_method(m):
+                acc.append(x["stats"].get("mean_accepted", 1.0))
+                continue
+            d = first_divergence(x["tokens"], plain["tokens"])
+            if d is not None and d < len(plain["margins"]) and plain["margins"][d] <= bound:
+                ties += 1
+            if m == "plain-cached":
+                continue
+            if "hf-plain" in r:  # the transformers backend: also against transformers' own greedy loop
+                sp_hf.extend(round_ratios(x, r["hf-plain"]))
+            st = x["stats"]
+            acc.append(st.get("mean_accepted", 1.0))
+            orc.append(st.get("oracle_speedup", 1.0))
+            hw = st.get("hardware_limit_speedup", hw)
+            dhw = st.get("draft_limit_speedup", dhw)
+            est.append(st.get("speedup_vs_plain", 0.0))
+            look.append(st.get("lookup_ms_mean", 0.0))
+            for k in split:
+                split[k] += st.get(f"time_{k}_s", 0.0)
+        if not n:
+            continue
+        out[m] = {
+            "n": n,
+            # prompts answered token for token as plain's first round, in every round (plain: its
+            # later rounds), out of `compared` (plain with one round has nothing to compare)
+            "identical": same if compared else None,
+            "compared": compared,
+            # tokens/s over plain's in the same round (llama-bench: plain C++ over plain Python)
+            "median_speedup": statistics.median(sp),
+            "median_speedup_vs_hf_plain": statistics.median(sp_hf) if sp_hf else None,
+            "tokens_per_s": statistics.median(tps),  # median over prompts x rounds
+            # tokens/s over each llama-lookup peer's in the same round, median over prompts x rounds
+            "vs_peer": {p: statistics.median(v) for p, v in vs.items() if v},
+            "mean_accepted": float(np.mean(acc)) if acc else None,
+            # diagnostic: first-round divergences where plain's top-2 margin was within the noise bound
+            "diverged_at_near_tie": ties,
+            "oracle_speedup_median": statistics.median(orc) if orc else None,
+            "estimated_speedup_median": statistics.median(est) if est else None,
+            "lookup_ms_mean": float(np.mean(look)) if look else None,
+            "hardware_limit_speedup": hw,
+            "draft_limit_speedup": dhw,  # the same with every chain token written by the draft model
+            "time_split_s": split if orc else None,
+        }
+    return out
+
+
+def slim(rows: list[dict]) -> list[dict]:
+    """Per-prompt records without the bulky token and margin lists."""
+    out = []
+    for r in rows:
+        d = {"prompt": r["prompt"], "prompt_tokens": r["prompt_tokens"]}
+        for m, x in r.items():
+            if isinstance(x, dict):
+                d[m] = {k: v for k, v in x.items() if k not in ("tokens", "margins")}
+                if "tokens" in x:
+                    d[m]["n_tokens"] = len(x["tokens"])
+        out.append(d)
+    return out
+
+
+def print_report(report: dict) -> None:
+    print(f"model {report['model']}  draft {report['draft']}  deterministic {report.get('deterministic')}  "
+          f"T(k) ms {report['cost_curve_ms']}")
+    for method, why in report.get("skipped", {}).items():
+        print(f"{method}: skipped ({why})")
+    for suite, d in report["suites"].items():
+        s = d["summary"]
+        nb = s["noise_bound"]
+        counts = ", ".join(f"{'plain repeated' if m == 'plain' else m} {r['identical']}/{r['compared']}"
+                           for m, r in s.items() if m != "noise_bound" and r["identical"] is not None)
+        print(f"\n== {suite}  identical to plain: {counts}")
+        print(
+            f"{'method':15} {'ident':>6} {'speedup':>8} {'tok/s':>7} {'acc/step':>8} {'oracle/hw':>9}  time split s"
+            f"   [diagnostic: near-tie divergences, noise bound max |dlogit| {nb['max_abs_logit_diff']:.3f}]"
+        )
+        for m, r in s.items():
+            if m == "noise_bound":
+                continue
+            ident = f"{r['identical']}/{r['compared']}" if r["identical"] is not None else "-"
+            acc = f"{r['mean_accepted']:.2f}" if r["mean_accepted"] is not None else "-"
+            orc = f"{r['oracle_speedup_median']:.2f}" if r["oracle_speedup_median"] is not None else "-"
+            if r.get("hardware_limit_speedup"):
+                orc += f"/{r['hardware_limit_speedup']:.2f}"
+            if r.get("draft_limit_speedup"):
+                orc += f"/{r['draft_limit_speedup']:.2f}"
+            split = " ".join(f"{k}={v:.2f}" for k, v in (r["time_split_s"] or {}).items())
+            if r.get("median_speedup_vs_hf_plain") is not None:
+                split = f"vs hf-plain {r['median_speedup_vs_hf_plain']:.2f}  " + split
+            if r.get("lookup_ms_mean") is not None:
+                split += f" lookup={r['lookup_ms_mean']:.2f}ms/step"
+            if r["diverged_at_near_tie"]:
+                split += f"  [near-tie divergences: {r['diverged_at_near_tie']}]"
+            print(f"{m:15} {ident:>6} {r['median_speedup']:8.2f} {r['tokens_per_s']:7.1f} {acc:>8} {orc:>9}  {split}")
+        for m, r in s.items():
+            if m != "noise_bound" and r["vs_peer"]:
+                ratios = ", ".join(f"{p} {v:.2f}x" for p, v in r["vs_peer"].items())
+                print(f"  {m} tokens/s over {ratios}")
+        if "llama-bench" in s:
+            print(f"  plain C++ (llama-bench) over plain Python: {s['llama-bench']['median_speedup']:.2f}x")
