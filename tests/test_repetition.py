@@ -14,8 +14,10 @@ from localrag.rasd import RasdDecoder
 from localrag.rasd.budget import CostModel
 from localrag.repetition import RepetitionGuard, normalise_sentence
 
+DEFAULT = RepetitionConfig()
 
-def feed(pieces: list[str], config: RepetitionConfig = RepetitionConfig()) -> tuple[RepetitionGuard, list[str]]:
+
+def feed(pieces: list[str], config: RepetitionConfig = DEFAULT) -> tuple[RepetitionGuard, list[str]]:
     """Push one token per piece (equal pieces are equal tokens); the text shown after each push."""
     guard, vocab, text, shown = RepetitionGuard(config), {}, "", []
     for piece in pieces:

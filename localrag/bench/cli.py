@@ -2,7 +2,19 @@
 
 from __future__ import annotations
 
-from localrag.bench import api, grounding, ingest, kernels, pipeline, plain, prompts, qa, repetition, retrieval, speed
+from localrag.bench import (
+    api,
+    grounding,
+    ingest,
+    kernels,
+    pipeline,
+    plain,
+    prompts,
+    qa,
+    repetition,
+    retrieval,
+    speed,
+)
 
 BENCH_MODULES = (plain, kernels, ingest, pipeline, retrieval, speed, qa, grounding, prompts, repetition, api)
 
