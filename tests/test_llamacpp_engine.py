@@ -95,7 +95,7 @@ def test_streamed_multibyte_text_reassembles_exactly(smollm2):
 
 def test_real_generation_streams_clean_utf8(smollm2_engine):
     gen = smollm2_engine.chat([{"role": "user", "content": "Write the word café and the emoji 🙂 three times."}],
-                              GenerationConfig(max_tokens=40))
+                              GenerationConfig(max_tokens=40, repetition=None))  # all 40 tokens, even a loop
     streamed = "".join(gen)
     raw = b"".join(smollm2_engine.backend.token_bytes(t) for t in gen.tokens).decode("utf-8", errors="replace")
     assert streamed == raw
