@@ -52,6 +52,7 @@ from localrag.bench.grounding_data import (
     load_records,
 )
 from localrag.bench.qa import MEMBERS, QA_INSTRUCTIONS, build_index, normalize, score_answer
+from localrag.bench.repetition import repeated_sentence
 from localrag.config import GenerationConfig, GroundedConfig, ModelConfig
 from localrag.engine import Engine
 from localrag.evidence import AnswerEvidence, EvidenceAligner, EvidenceConfig
@@ -83,6 +84,8 @@ class GroundingRow:
     align_s: float
     answer_s: float
     cached: bool
+    stop_reason: str  # why the answer's generation stopped ("repetition": the guard cut a loop)
+    repeats_sentence: bool  # the answer (as given) still repeats one of its sentences
 
     @property
     def correct(self) -> bool:
@@ -183,6 +186,9 @@ def summarize(rows: list[GroundingRow]) -> dict:
             "align_ms_median": round(1000 * float(np.median([r.align_s for r in rows])), 2) if rows else None,
             "answer_s_median": round(float(np.median([r.answer_s for r in rows])), 3) if rows else None,
             "overhead_from_fresh_answers": len(fresh),
+            # the repetition guard: answers it stopped at a looping repeat, and answers that still repeat
+            "repetition_guard_fired": sum(r.stop_reason == "repetition" for r in rows),
+            "answers_repeating_a_sentence": sum(r.repeats_sentence for r in rows),
         },
     }
 
@@ -301,7 +307,8 @@ def score_row(s: Setup, rec: GroundingRecord, answered: AnsweredQuestion, cached
     return GroundingRow(rec.qa.question, list(answers), answered.text, prediction, bool(answers), f1, contained,
                         answered.refused, evidence.score, evidence.support,
                         answered.refused or not evidence.supported, features_of(evidence), spans, on_gold,
-                        evidence.seconds, answered.seconds, cached)
+                        evidence.seconds, answered.seconds, cached, answered.stop_reason,
+                        repeated_sentence(answered.text) is not None)
 
 
 def run_grounding(suite: str | None, data: str | None, n: int | None, seed: int = 0, split: str = "report",
@@ -390,6 +397,8 @@ def cmd_grounding(args) -> int:
           f"{_f(result['false_refusal_rate'])} of answerable")
     print(f"overhead              {_f(result['overhead'])} (alignment {d['align_ms_median']} ms median, "
           f"answer {d['answer_s_median']} s median)")
+    print(f"repetition            guard stopped {d['repetition_guard_fired']} answers; "
+          f"{d['answers_repeating_a_sentence']} answers repeat a sentence")
     if "calibrated" in result:
         print(json.dumps(result["calibrated"]["config"], indent=2))
     return 0

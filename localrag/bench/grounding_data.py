@@ -95,22 +95,23 @@ def load_records(suite: str | None, data: str | None, split: str, n: int | None,
 @dataclass
 class AnsweredQuestion:
     """One answer as the answer layer gave it: the text, the chunks it was given (retrieval order),
-    whether the model itself declined, and the seconds the answer took."""
+    whether the model itself declined, the seconds the answer took and why its generation stopped."""
 
     text: str
     hits: list[Hit]
     refused: bool
     seconds: float
+    stop_reason: str = ""  # GenerationStats.stop_reason ("repetition": the guard cut a loop); "" for Grounded
 
     def to_dict(self) -> dict:
         return {"text": self.text, "hits": [h.to_dict() for h in self.hits], "refused": self.refused,
-                "seconds": self.seconds}
+                "seconds": self.seconds, "stop_reason": self.stop_reason}
 
     @classmethod
     def from_dict(cls, d: dict) -> AnsweredQuestion:
         hits = [Hit(**{**{k: v for k, v in h.items() if k != "citation"}, "heading_path": tuple(h["heading_path"])})
                 for h in d["hits"]]
-        return cls(d["text"], hits, d["refused"], d["seconds"])
+        return cls(d["text"], hits, d["refused"], d["seconds"], d.get("stop_reason", ""))
 
 
 def answer_question(answerer: Answerer, question: str, mode: str, gen: GenerationConfig, k: int) -> AnsweredQuestion:
@@ -127,7 +128,8 @@ def answer_question(answerer: Answerer, question: str, mode: str, gen: Generatio
     hits = [h for h in answerer.retrieve(question, answerer.grounded_config.n if grounded else k).hits
             if h.chunk_id in checked]
     refused = is_refusal(short_answer(result.text)) or (grounded and not result.supported)
-    return AnsweredQuestion(result.text.strip(), hits, refused, seconds)
+    stop_reason = result.stats.generation.stop_reason if result.stats.generation is not None else ""
+    return AnsweredQuestion(result.text.strip(), hits, refused, seconds, stop_reason)
 
 
 class AnswerCache:
@@ -140,7 +142,8 @@ class AnswerCache:
     @staticmethod
     def key(model: str, mode: str, instructions: str, question: str, k: int, max_tokens: int,
             collection_key: str) -> str:
-        raw = json.dumps([model, mode, instructions, question, k, max_tokens, collection_key])
+        # "guard": answers written with the repetition guard (older cached answers were not)
+        raw = json.dumps([model, mode, instructions, question, k, max_tokens, collection_key, "guard"])
         return hashlib.sha1(raw.encode()).hexdigest()
 
     def get(self, key: str) -> AnsweredQuestion | None:

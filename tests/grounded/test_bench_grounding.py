@@ -66,21 +66,24 @@ def test_citations_are_checked_against_the_gold_sentence():
     assert cited_on_gold(unsupported, hits, rec, docs) == (0, 0)
 
 
-def _row(score, answerable=True, f1=0.0, model_refused=False, refused=False, cited=(0, 0), cached=False) -> GroundingRow:
+def _row(score, answerable=True, f1=0.0, model_refused=False, refused=False, cited=(0, 0), cached=False,
+         stop_reason="eog", repeats=False) -> GroundingRow:
     return GroundingRow("q", ["a"] if answerable else [], "ans", "ans", answerable, f1, f1 > 0, model_refused,
-                        score, score, refused, {}, cited[0], cited[1], 0.01, 1.0, cached)
+                        score, score, refused, {}, cited[0], cited[1], 0.01, 1.0, cached, stop_reason, repeats)
 
 
 def test_summary_metrics():
     rows = [_row(0.9, f1=1.0, cited=(2, 2)), _row(0.8, f1=0.6, cited=(1, 0)), _row(0.3, f1=0.0),
             _row(0.2, f1=0.0, refused=True), _row(0.1, answerable=False, refused=True),
-            _row(0.7, answerable=False), _row(0.0, answerable=False, model_refused=True, refused=True)]
+            _row(0.7, answerable=False, stop_reason="repetition"),
+            _row(0.0, answerable=False, model_refused=True, refused=True, repeats=True)]
     out = summarize(rows)
     assert out["auroc"] == 1.0  # the two correct answers outscore the two wrong ones
     assert out["citation_precision"] == round(2 / 3, 3)
     assert out["refusal_accuracy"] == round(2 / 3, 3) and out["false_refusal_rate"] == 0.25
     assert out["overhead"] == 0.01
     assert out["details"]["correct"] == 2 and out["details"]["model_refused"] == 1
+    assert out["details"]["repetition_guard_fired"] == 1 and out["details"]["answers_repeating_a_sentence"] == 1
     assert summarize([_row(0.5, cached=True)])["overhead"] is None  # no fresh answer timed
 
 
