@@ -24,6 +24,7 @@ from localrag.config import GenerationConfig, GroundedConfig, RasdConfig
 from localrag.engine import Engine
 from localrag.evidence import EvidenceAligner, EvidenceConfig, split_citations
 from localrag.grounded import GroundedPipeline
+from localrag.rag.followup import FollowupConfig, search_query
 from localrag.rag.index import DocumentIndex
 from localrag.rag.records import Hit
 from localrag.rasd import RasdDecoder
@@ -133,6 +134,7 @@ class Answerer:
     instructions: str = RAG_INSTRUCTIONS
     rasd_state: RasdState = field(default_factory=RasdState)
     evidence_config: EvidenceConfig = field(default_factory=EvidenceConfig)
+    followup: FollowupConfig = field(default_factory=FollowupConfig)
     aligner: EvidenceAligner | None = None  # made on first use with the index's embedder; share one across answers
     _indexes: dict[str, DocumentIndex] = field(default_factory=dict, repr=False)
     _pipeline: GroundedPipeline | None = field(default=None, repr=False)
@@ -146,6 +148,11 @@ class Answerer:
             self._indexes[collection] = DocumentIndex(self.index.config.with_(collection=collection),
                                                       embedder=self.index.embedder)
         return self._indexes[collection]
+
+    def search_query(self, question: str, history: Sequence[dict]) -> str:
+        """What to search for ``question`` asked after ``history``: the question, with the earlier
+        questions' key terms when it follows up on them (``localrag.rag.followup``)."""
+        return search_query(question, history, self.followup)
 
     def retrieve(self, question: str, k: int, collection: str | None = None) -> Retrieval:
         index = self.index_for(collection)
