@@ -29,7 +29,9 @@ conversation, what is searched now) and, for reference, ``standalone`` (the orig
 question, which names the entity itself: what a perfect rewrite could reach). ``--model`` adds
 ``model``: the chat model asked to rewrite the follow-up as a standalone question from the whole
 conversation (``REWRITE_PROMPT``, greedy, 48 tokens; its first line is searched, the follow-up itself
-when it writes nothing), to see whether a model's rewrite beats the key terms the app adds.
+when it writes nothing), and ``model_user_turns``: the same from the user turns alone (what the key
+terms are taken from), to see whether a model's rewrite beats the key terms the app adds. Note the
+assistant turn here is the gold paragraph's first sentence, so ``model`` may simply copy it.
 """
 
 from __future__ import annotations
@@ -109,10 +111,11 @@ def load_cases(n: int | None, seed: int) -> tuple[list[FollowupCase], int]:
     return sample(cases, n, seed), len(cases)
 
 
-def model_rewrite(engine: Engine, question: str, history: tuple[dict, ...]) -> str:
-    """The model's standalone rewrite of ``question`` (its first line; the question if it wrote nothing)."""
-    conversation = "\n".join(f"{m['role'].capitalize()}: {m['content']}" for m in history
-                             if m["role"] in ("user", "assistant"))
+def model_rewrite(engine: Engine, question: str, history: tuple[dict, ...],
+                  roles: tuple[str, ...] = ("user", "assistant")) -> str:
+    """The model's standalone rewrite of ``question`` from the turns of ``roles`` (its first line;
+    the question if it wrote nothing)."""
+    conversation = "\n".join(f"{m['role'].capitalize()}: {m['content']}" for m in history if m["role"] in roles)
     prompt = REWRITE_PROMPT.format(conversation=conversation, question=question)
     generation = engine.chat([{"role": "user", "content": prompt}], GenerationConfig(max_tokens=48))
     lines = [ln.strip() for ln in "".join(generation).strip().splitlines() if ln.strip()]
@@ -125,7 +128,7 @@ def run_followup(n: int | None = 200, seed: int = 0, config: FollowupConfig | No
     the rewrite by that chat model."""
     config = config or FollowupConfig()
     engine = Engine.load(ModelConfig(model=model)) if model else None
-    kinds = QUERIES + (("model",) if engine is not None else ())
+    kinds = QUERIES + (("model", "model_user_turns") if engine is not None else ())
     rewrite_s: list[float] = []
     cases, qualifying = load_cases(n, seed)
     docs = list(dict.fromkeys(d for c in cases for d in c.docs))
@@ -152,12 +155,13 @@ def run_followup(n: int | None = 200, seed: int = 0, config: FollowupConfig | No
                 t1 = time.perf_counter()
                 queries["model"] = model_rewrite(engine, case.followup, case.history)
                 rewrite_s.append(time.perf_counter() - t1)
+                queries["model_user_turns"] = model_rewrite(engine, case.followup, case.history, ("user",))
             for kind, query in queries.items():  # the three searches of one question, back to back
                 found = {int(Path(h.file).stem[3:]) for h in index.search(query, K)}
                 hits_gold[kind] += gold in found
                 hits_other[kind] += other in found
                 hits_both[kind] += gold in found and other in found
-            if len(examples) < 5:
+            if len(examples) < 8:
                 examples.append(queries)
             if progress is not None:
                 progress(i + 1, len(cases))
