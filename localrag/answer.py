@@ -154,17 +154,18 @@ class Answerer:
         questions' key terms when it follows up on them (``localrag.rag.followup``)."""
         return search_query(question, history, self.followup)
 
-    def retrieve(self, question: str, k: int, collection: str | None = None) -> Retrieval:
+    def retrieve(self, query: str, k: int, collection: str | None = None) -> Retrieval:
+        """The top ``k`` chunks for ``query`` (a question, or a follow-up's ``search_query``)."""
         index = self.index_for(collection)
         t0 = time.perf_counter()
         if index is None:
-            return Retrieval([], f'no document index: answered "{question}" without documents',
-                             RetrievalStats(query=question, k=k, note="no index"))
+            return Retrieval([], f'no document index: "{query}" was not searched; answered without documents',
+                             RetrievalStats(query=query, k=k, note="no index"))
         name = index.config.collection
-        hits = index.search(question, k)
-        searched = f'searched "{question}" in collection "{name}" (top {k}): {len(hits)} chunks found'
+        hits = index.search(query, k)
+        searched = f'searched "{query}" in collection "{name}" (top {k}): {len(hits)} chunks found'
         note = "" if hits else "the index is empty or nothing matched; answered without documents"
-        stats = RetrievalStats(query=question, collection=name, k=k, n_chunks=len(hits),
+        stats = RetrievalStats(query=query, collection=name, k=k, n_chunks=len(hits),
                                seconds=time.perf_counter() - t0, note=note)
         return Retrieval(hits, searched, stats)
 
