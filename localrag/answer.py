@@ -24,6 +24,7 @@ from localrag.config import GenerationConfig, GroundedConfig, RasdConfig
 from localrag.engine import Engine
 from localrag.evidence import EvidenceAligner, EvidenceConfig, split_citations
 from localrag.grounded import GroundedPipeline
+from localrag.rag.followup import FollowupConfig, search_query
 from localrag.rag.index import DocumentIndex
 from localrag.rag.records import Hit
 from localrag.rasd import RasdDecoder
@@ -133,6 +134,7 @@ class Answerer:
     instructions: str = RAG_INSTRUCTIONS
     rasd_state: RasdState = field(default_factory=RasdState)
     evidence_config: EvidenceConfig = field(default_factory=EvidenceConfig)
+    followup: FollowupConfig = field(default_factory=FollowupConfig)
     aligner: EvidenceAligner | None = None  # made on first use with the index's embedder; share one across answers
     _indexes: dict[str, DocumentIndex] = field(default_factory=dict, repr=False)
     _pipeline: GroundedPipeline | None = field(default=None, repr=False)
@@ -147,17 +149,23 @@ class Answerer:
                                                       embedder=self.index.embedder)
         return self._indexes[collection]
 
-    def retrieve(self, question: str, k: int, collection: str | None = None) -> Retrieval:
+    def search_query(self, question: str, history: Sequence[dict]) -> str:
+        """What to search for ``question`` asked after ``history``: the question, with the earlier
+        questions' key terms when it follows up on them (``localrag.rag.followup``)."""
+        return search_query(question, history, self.followup)
+
+    def retrieve(self, query: str, k: int, collection: str | None = None) -> Retrieval:
+        """The top ``k`` chunks for ``query`` (a question, or a follow-up's ``search_query``)."""
         index = self.index_for(collection)
         t0 = time.perf_counter()
         if index is None:
-            return Retrieval([], f'no document index: answered "{question}" without documents',
-                             RetrievalStats(query=question, k=k, note="no index"))
+            return Retrieval([], f'no document index: "{query}" was not searched; answered without documents',
+                             RetrievalStats(query=query, k=k, note="no index"))
         name = index.config.collection
-        hits = index.search(question, k)
-        searched = f'searched "{question}" in collection "{name}" (top {k}): {len(hits)} chunks found'
+        hits = index.search(query, k)
+        searched = f'searched "{query}" in collection "{name}" (top {k}): {len(hits)} chunks found'
         note = "" if hits else "the index is empty or nothing matched; answered without documents"
-        stats = RetrievalStats(query=question, collection=name, k=k, n_chunks=len(hits),
+        stats = RetrievalStats(query=query, collection=name, k=k, n_chunks=len(hits),
                                seconds=time.perf_counter() - t0, note=note)
         return Retrieval(hits, searched, stats)
 

@@ -5,6 +5,7 @@
     python -m localrag ask "..." --mode grounded [--verifier gemma3-270m] --json
     python -m localrag ask "..." --collection work --k 8
     python -m localrag ask "..." --on-unsupported refuse
+    python -m localrag ask "when was it founded?" --history chat.json   # a follow-up in a conversation
 
 The modes come from the registry (``localrag.modes``); ``specrag`` is accepted for ``grounded``.
 The answer is printed once it is checked against the documents: on stdout, with ``[n]`` after
@@ -12,6 +13,9 @@ each supported sentence (n: the source, listed on stderr with its supporting pas
 the documents do not support it and the setting refuses, the refusal (the answer then follows on
 stderr, labelled unsupported). ``--json`` prints the whole result: citations, what else was
 searched, and the evidence of every sentence (``"supported": false`` on those not found).
+``--history FILE.json`` (a JSON list of ``{"role", "content"}`` turns) answers the question as the
+next turn of that conversation: the model sees the turns, and the search adds the earlier
+questions' key terms (``localrag.rag.followup``), as the app does.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from localrag.grounded import load_verifier
 from localrag.models import ModelError
 from localrag.modes import MODES, AnswerRequest, get_mode, mode_names
 from localrag.rag.config import IndexConfig
+from localrag.rag.followup import read_history
 from localrag.rag.index import DocumentIndex
 from localrag.rasd import load_draft
 from localrag.results import ON_UNSUPPORTED, AnswerResult
@@ -51,6 +56,8 @@ def add_cli(sub) -> None:
                         "(say so instead); default: the mode's (plain and rasd warn, grounded refuses)")
     add_model_args(p)
     add_sampling_args(p)
+    p.add_argument("--history", default=None, metavar="FILE.json",
+                   help='earlier turns, a JSON list of {"role", "content"}: the question follows up on them')
     p.add_argument("--json", action="store_true", help="print one JSON object instead of streaming")
     p.set_defaults(func=cmd_ask)
 
@@ -75,12 +82,13 @@ def build_answerer(args) -> Answerer:
 
 def cmd_ask(args) -> int:
     try:
+        history = tuple(read_history(args.history)) if args.history else ()
         answerer = build_answerer(args)
-    except (ModelError, ValueError) as exc:
+    except (ModelError, ValueError) as exc:  # HistoryError is a ValueError
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    request = AnswerRequest(args.question, gen=generation_config(args), k=args.k, collection=args.collection,
-                            on_unsupported=args.on_unsupported)
+    request = AnswerRequest(args.question, history, gen=generation_config(args), k=args.k,
+                            collection=args.collection, on_unsupported=args.on_unsupported)
     if not args.json and sys.stderr.isatty():
         print("answering… (the answer is printed once it is checked against your documents)", file=sys.stderr)
     try:

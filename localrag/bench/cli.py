@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from localrag.bench import (
     api,
+    followup,
     grounding,
     ingest,
     kernels,
@@ -16,7 +17,7 @@ from localrag.bench import (
     speed,
 )
 
-BENCH_MODULES = (plain, kernels, ingest, pipeline, retrieval, speed, qa, grounding, prompts, repetition, api)
+BENCH_MODULES = (plain, kernels, ingest, pipeline, retrieval, followup, speed, qa, grounding, prompts, repetition, api)
 
 
 def add_cli(subparsers) -> None:

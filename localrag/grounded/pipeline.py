@@ -90,17 +90,19 @@ class GroundedPipeline:
         self.aligner = aligner
 
     def answer(self, question: str, index: DocumentIndex | None, gen: GenerationConfig | None = None,
-               config: GroundedConfig | None = None) -> AnswerResult:
+               config: GroundedConfig | None = None, query: str | None = None) -> AnswerResult:
+        """query: what to search (default: the question; a follow-up's query adds the conversation's terms)."""
         cfg = config or self.config
+        query = query or question
         t0 = time.perf_counter()
-        hits, relevant = retrieve(index, question, cfg)
+        hits, relevant = retrieve(index, query, cfg)
         name = index.config.collection if index is not None else None
-        retrieval = RetrievalStats(query=question, collection=name, k=cfg.n, n_chunks=len(hits),
+        retrieval = RetrievalStats(query=query, collection=name, k=cfg.n, n_chunks=len(hits),
                                    n_relevant=len(relevant), seconds=time.perf_counter() - t0,
                                    note="" if index is not None else "no index")
-        searched = (f'searched "{question}" in collection "{name}" (top {cfg.n}): {len(hits)} chunks, '
+        searched = (f'searched "{query}" in collection "{name}" (top {cfg.n}): {len(hits)} chunks, '
                     f"{len(relevant)} above relevance {cfg.min_relevance}") if index is not None else \
-            f'searched "{question}": no document index'
+            f'searched "{query}": no document index'
         stats = AnswerStats(mode="grounded", retrieval=retrieval, grounded=GroundedStats(threshold=cfg.min_score))
         if not relevant:
             stats.total_s = time.perf_counter() - t0

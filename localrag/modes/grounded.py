@@ -28,7 +28,8 @@ class GroundedMode(AnswerMode):
 
     def stream(self, answerer: Answerer, request: AnswerRequest) -> Iterator[str | AnswerResult]:
         index = answerer.index_for(request.collection)
-        result = answerer.grounded_pipeline.answer(request.question, index, gen=request.gen)
+        result = answerer.grounded_pipeline.answer(request.question, index, gen=request.gen,
+                                                  query=answerer.search_query(request.question, request.history))
         why = result.stats.grounded.unsupported_reason if result.stats.grounded is not None else ""
         result = apply_policy(result, self.policy(request), why)
         if result.text and not result.refused:

@@ -28,7 +28,7 @@ class PlainMode(AnswerMode):
 
     def stream(self, answerer: Answerer, request: AnswerRequest) -> Iterator[str | AnswerResult]:
         t0 = time.perf_counter()
-        got = answerer.retrieve(request.question, request.k, request.collection)
+        got = answerer.retrieve(answerer.search_query(request.question, request.history), request.k, request.collection)
         msgs = rag_messages(request.question, got.hits, request.history, answerer.instructions)
         msgs = answerer.fit_messages(msgs, request.gen)
         t1 = time.perf_counter()

@@ -3,6 +3,7 @@
     python -m localrag ingest ~/papers notes.md --collection work
     python -m localrag ingest docs/ --json
     python -m localrag search "how is the cache invalidated?" --k 5
+    python -m localrag search "when was it changed?" --history chat.json   # a follow-up
     python -m localrag docs list
     python -m localrag docs remove notes.md
 
@@ -22,6 +23,7 @@ import time
 from tqdm import tqdm
 
 from localrag.rag.config import IndexConfig
+from localrag.rag.followup import HistoryError, read_history, search_query
 from localrag.rag.index import DocumentIndex, NeedsReindex
 from localrag.rag.records import IngestEvent, IngestReport, WatchedFolder
 from localrag.rag.store import StoreUnavailable
@@ -50,6 +52,9 @@ def add_cli(subparsers) -> None:
     se = subparsers.add_parser("search", parents=[common], help="hybrid search over the index")
     se.add_argument("query")
     se.add_argument("--k", type=int, default=5, help="number of chunks to return")
+    se.add_argument("--history", default=None, metavar="FILE.json",
+                    help='earlier turns, a JSON list of {"role", "content"}: a follow-up searches with '
+                         "the earlier questions' key terms, as the app does")
     se.set_defaults(func=cmd_search)
 
     docs = subparsers.add_parser("docs", help="list or remove indexed documents")
@@ -148,9 +153,15 @@ def _print_report(report: IngestReport, as_json: bool) -> None:
 
 
 def cmd_search(args) -> int:
-
+    query = args.query
+    if args.history:
+        try:
+            query = search_query(args.query, read_history(args.history))
+        except HistoryError as exc:
+            return fail(str(exc))
+        print(f'searched: "{shown(query)}"', file=sys.stderr)
     try:
-        hits = open_index(args).search(args.query, k=args.k)
+        hits = open_index(args).search(query, k=args.k)
     except (StoreUnavailable, NeedsReindex) as exc:
         return fail(str(exc))
     if args.json:

@@ -30,7 +30,7 @@ from bm25s.tokenization import Tokenizer
 STAMP = "localrag_stamp.json"
 
 
-def _stemmer():
+def english_stemmer():
     """The English Snowball stemmer (PyStemmer)."""
     return Stemmer.Stemmer("english")
 
@@ -47,7 +47,7 @@ class Bm25Store:
         self._retriever = None
         self._ids: list[str] = []
         self._generation: int | None = None  # generation of the in-memory index
-        self._stemmer = _stemmer()
+        self._stemmer = english_stemmer()
 
     @property
     def ids(self) -> tuple[str, ...]:

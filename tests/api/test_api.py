@@ -104,6 +104,25 @@ def test_a_grounded_answer_carries_its_citations(server):
     assert last.choices[0].finish_reason and extra(last, "localrag")["citations"] == grounding["citations"]
 
 
+def test_a_follow_up_searches_with_the_earlier_messages(server):
+    """The earlier turns of ``messages`` rewrite the search (``localrag.rag.followup``): the follow-up
+    alone finds the garden notes; after a question about the telescope, the telescope's document."""
+    c = client(server)
+    first = {"role": "user", "content": "Where does the Zephyr telescope observe the sky from?"}
+    followup = {"role": "user", "content": "How often does that happen?"}
+    body = {"collection": "docs", "k": 1}
+
+    def searched(messages):
+        r = c.chat.completions.create(model=MODEL, messages=messages, max_tokens=8, temperature=0, extra_body=body)
+        grounding = extra(r, "localrag")
+        return grounding["searched"], [x["label"].split()[0] for x in grounding["citations"] + grounding["also_searched"]]
+
+    said, found = searched([followup])
+    assert found == ["garden.txt"] and 'searched "How often does that happen?" in' in said
+    said, found = searched([first, {"role": "assistant", "content": "From the Quillfield ridge."}, followup])
+    assert found == ["zephyr.md"] and 'searched "How often does that happen? Zephyr telescope observe sky" in' in said
+
+
 def test_an_unsupported_answer_is_refused_when_asked(server):
     """on_unsupported=refuse: nothing about ibuprofen is in the documents, so the content is the
     refusal, with what was searched, and the answer the model wrote is kept apart; streamed, nothing
