@@ -157,8 +157,7 @@ class GroundedConfig:
     k: int = 2
     m: int = 5
     seed: int = 0
-    rationale_tokens: int = 24
-    answer_tokens: int = 12
+    rationale_tokens: int = 24  # the answer's own limit is the request's max_tokens (GenerationConfig)
     min_relevance: float = 0.25
     min_score: float = -8.5
     cluster: bool = True
