@@ -12,7 +12,7 @@ Pipeline, one function per phase:
                     ``extractive``, copies both from the subset's chunks); all subsets decode
                     concurrently as llama.cpp sequences in one batch (``grounded.drafting``). An
                     answer ends at a sentence end, a line break or end-of-generation within the
-                    request's max_tokens; one that does not (or that loops) is dropped, never cut
+                    request's max_tokens; one that does not (or that loops) is dropped, never cut short
     score_drafts    the verifier scores each draft's TEXT (its own tokenizer) in one pass over
                     [question, answer, rationale, reflection question, "Yes"] (``grounded.scoring``)
     select          best combined score; below the calibrated threshold -> "not in the documents"
