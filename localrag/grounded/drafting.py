@@ -45,7 +45,9 @@ class DrafterOutput:
     answer_lp: list[float] = field(default_factory=list)
     rationale_text: str = ""
     answer_text: str = ""
-    rationale_next: str = ""  # the piece the rationale's token limit kept out ('' when it ended on its own)
+    # the piece that came next when the rationale ended cut: at twice its token limit, in a sentence
+    # that had not ended ('' when it ended on its own or at a sentence end)
+    rationale_next: str = ""
     # how the answer ended: "eog" (end-of-generation; extractive: no copied span continues), "line"
     # (a line break), "sentence" (a sentence end before the next word): complete; "limit" (the
     # answer's token limit came first) or "loop" (the repetition guard fired): incomplete, so the
@@ -74,6 +76,11 @@ class DrafterOutput:
     @property
     def n_tokens(self) -> int:
         return len(self.rationale) + len(self.answer)
+
+    @property
+    def n_written(self) -> int:
+        """The tokens of its KV sequence: prompt, rationale, forced "Answer:" and answer."""
+        return len(self.prompt) + len(self.rationale) + len(self.forced) + len(self.answer)
 
 
 class SpanCopy:
@@ -153,9 +160,10 @@ def draft_steps(backend: BatchBackend, prompts: Sequence[list[int]], cfg: Ground
     chunk) by copying those cells (unified KV), so only its own remainder is decoded; see
     ``share_plan``. Then each step is one llama_decode holding the next token of every
     unfinished draft. Phases per draft: rationale (until a newline, "Answer", the end of a
-    copied sentence, EOG or the token limit) -> the forced tokens "\nAnswer:" -> answer (until
-    EOG, a line break, or a sentence end: ``.``, ``!`` or ``?`` followed by a token that starts
-    with whitespace). An answer that reaches ``max_answer_tokens`` first, or that the repetition
+    copied sentence, EOG or the token limit; at the limit it ends at its last sentence end, its
+    KV cut back to it, or finishes its sentence within twice the limit) -> the forced tokens
+    "\nAnswer:" -> answer (until EOG, a line break, or a sentence end: ``.``, ``!`` or ``?``
+    followed by a token that starts with whitespace). An answer that reaches ``max_answer_tokens`` first, or that the repetition
     guard stops (``repetition``), is incomplete (``DrafterOutput.ended``): never cut mid-word into
     an answer, it is dropped by the pipeline. The stopping token is not part of the draft (nor of
     its log-probability).
@@ -171,7 +179,7 @@ def draft_steps(backend: BatchBackend, prompts: Sequence[list[int]], cfg: Ground
         copiers = [SpanCopy(sources[i]) if (cfg.extractive and sources) else None for i in range(n)]
         guards = [RepetitionGuard(repetition) if repetition is not None else None for _ in prompts]
         drafts = [DrafterOutput(prompt=list(p)) for p in prompts]
-        pos = [len(p) for p in prompts]
+        decoded = [len(p) for p in prompts]  # tokens in each draft's KV sequence
         phase = ["rationale"] * n
         step = _Stepper(backend, cfg, forced, newline, max_answer_tokens)
         feed = [step.advance(drafts[i], phase, i, first[i], copiers[i], guards[i]) for i in range(n)]
@@ -185,10 +193,13 @@ def draft_steps(backend: BatchBackend, prompts: Sequence[list[int]], cfg: Ground
                 return drafts
             entries = []
             for i in active:
-                entries += [(t, pos[i] + j, seqs[i], j == len(feed[i]) - 1) for j, t in enumerate(feed[i])]
+                at = drafts[i].n_written - len(feed[i])  # the fed tokens are the draft's last ones
+                if at < decoded[i]:  # its rationale was cut back to its last whole sentence
+                    backend.seq_rm(seqs[i], at, -1)
+                entries += [(t, at + j, seqs[i], j == len(feed[i]) - 1) for j, t in enumerate(feed[i])]
+                decoded[i] = at + len(feed[i])
             rows = decode_rows(backend, entries)
             for r, i in enumerate(active):
-                pos[i] += len(feed[i])
                 feed[i] = step.advance(drafts[i], phase, i, rows[r], copiers[i], guards[i])
     finally:
         backend.reset()
@@ -286,8 +297,7 @@ class _Stepper:
         piece = self._piece(tok)
         if tok is None or self.backend.is_eog(tok) or "\n" in piece or "Answer" in d.rationale_text + piece:
             return self._start_answer(d, phase, i, copier)
-        if len(d.rationale) >= self.cfg.rationale_tokens:
-            d.rationale_next = piece
+        if len(d.rationale) >= self.cfg.rationale_tokens and self._ends_at_limit(d, piece):
             return self._start_answer(d, phase, i, copier)
         d.rationale.append(tok)
         d.rationale_lp.append(token_logprob(row, tok))
@@ -297,6 +307,23 @@ class _Stepper:
             if _ends_sentence(piece):  # a quoted sentence is complete
                 return [tok] + self._start_answer(d, phase, i, copier)
         return [tok]
+
+    def _ends_at_limit(self, d: DrafterOutput, next_piece: str) -> bool:
+        """The rationale is at (or past) its token limit, ``next_piece`` still to come: True when it
+        ends here. It ends at its last sentence end, cut back to it (else the drafter copies the cut
+        sentence into its answer); without one it runs on to finish its sentence (False), up to
+        twice the limit, where it ends cut (``shown_rationale`` ends it in "…")."""
+        pieces = [self._piece(t) for t in d.rationale] + [next_piece]
+        for keep in range(len(d.rationale), 0, -1):
+            text = "".join(pieces[:keep])
+            if _ends_sentence(text) and pieces[keep][:1].isspace():
+                del d.rationale[keep:], d.rationale_lp[keep:]
+                d.rationale_text = text
+                return True
+        if len(d.rationale) < 2 * self.cfg.rationale_tokens:
+            return False
+        d.rationale_next = next_piece
+        return True
 
     def _start_answer(self, d: DrafterOutput, phase: list[str], i: int, copier: SpanCopy | None) -> list[int]:
         phase[i] = "answer"

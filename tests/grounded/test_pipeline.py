@@ -99,6 +99,28 @@ def test_an_answer_ends_at_a_sentence_end_or_the_draft_is_dropped(drafter):
             assert s.ended == "limit" and not s.complete and s.answer == f.answer[:limit]
 
 
+def test_a_rationale_at_its_limit_ends_at_a_sentence_end(drafter):
+    """At its token limit a rationale ends at its last sentence end, its KV cut back to it, or runs
+    on to finish its sentence (within twice the limit): the drafter never copies a cut sentence into
+    its answer. The answer is the drafter's own continuation of the kept rationale alone."""
+    prompts = _prompts(drafter, SUBSETS)
+    free = write_drafts(drafter.backend, prompts, CFG.with_(rationale_tokens=64), max_answer_tokens=64)
+    cfg = CFG.with_(rationale_tokens=20)
+    limited = write_drafts(drafter.backend, prompts, cfg, max_answer_tokens=64)
+    be = drafter.backend
+    cut_back = ran_on = 0
+    for d, f in zip(limited, free, strict=True):
+        assert f.rationale[:len(d.rationale)] == d.rationale and not d.rationale_next
+        if len(f.rationale) > len(d.rationale):  # the limit ended it early: at a sentence end
+            assert d.rationale_text.rstrip().endswith((".", "!", "?")) and d.rationale_text.strip()
+        cut_back += len(d.rationale) < cfg.rationale_tokens < len(f.rationale)
+        ran_on += len(d.rationale) > cfg.rationale_tokens
+        be.reset()  # plain decoding from the kept rationale: the cut tokens play no part
+        assert int(np.argmax(be.prefill(d.prompt + d.rationale + d.forced))) == d.answer[0]
+        be.reset()
+    assert cut_back >= 1 and ran_on >= 1
+
+
 def test_a_grounded_answer_ends_within_max_tokens_or_its_draft_is_dropped(index, drafter, verifier):
     """The request's max_tokens bounds every draft's answer: a draft whose answer ends within it is
     the same as with room to spare; one whose answer needs more is dropped whole, so no answer

@@ -44,6 +44,9 @@ class FakeBackend:
     def seq_cp(self, src, dst, p0=-1, p1=-1):
         raise NotImplementedError
 
+    def seq_rm(self, seq, p0, p1=-1):
+        raise NotImplementedError
+
     def reset(self):
         pass
 
