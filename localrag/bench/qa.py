@@ -218,7 +218,7 @@ def _specrag(answerer: Answerer, pipeline: GroundedPipeline, rec: QARecord, gen:
     # every draft with its raw scores, so other selection rules can be evaluated offline
     out["_drafts"] = [{"answer": d.answer, "draft_logprob": round(d.draft_logprob, 3), "n_draft": d.n_draft_tokens,
                        "consistency": round(d.consistency, 3), "n_verify": d.n_verify_tokens,
-                       "reflection": round(d.reflection, 3)} for d in r.drafts]
+                       "reflection": round(d.reflection, 3), "dropped": d.dropped} for d in r.drafts]
     best = max(chosen, key=lambda d: d.draft_logprob / max(d.n_draft_tokens, 1)) if chosen else None
     out["drafter"] = (best.answer if best else None, lat - (r.stats.grounded.verify_s if r.stats.grounded else 0.0))
     gold = max(chosen, key=lambda d: score_answer(d.answer, rec.answers)["f1"]) if chosen and rec.answers else None
