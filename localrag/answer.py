@@ -8,7 +8,7 @@ evidence, and honest refusal when the documents do not support it (``checked_res
     mode = get_mode("plain")                       # localrag.modes: plain | rasd | grounded
     for piece in mode.stream(answerer, AnswerRequest("what does my contract say about termination?")):
         if isinstance(piece, AnswerResult): print(piece.citations)
-        else: print(piece, end="")
+        elif isinstance(piece, str): print(piece, end="")    # (Grounded also yields AnswerProgress first)
 
 An Answerer is not thread-safe (one model each); the UI and the API serialise answers.
 """

@@ -157,8 +157,9 @@ class GroundedConfig:
     k: int = 2
     m: int = 5
     seed: int = 0
+    # the rationale's limit: there it ends at its last sentence end, or finishes its sentence within
+    # twice the limit (the answer's own limit is the request's max_tokens, GenerationConfig)
     rationale_tokens: int = 24
-    answer_tokens: int = 12
     min_relevance: float = 0.25
     min_score: float = -8.5
     cluster: bool = True

@@ -90,6 +90,7 @@ class GroundedDraft:
     n_draft_tokens: int = 0
     n_verify_tokens: int = 0
     subset: tuple[int, ...] = ()  # indices into the retrieved chunks
+    dropped: str = ""  # why this draft cannot be the answer ("" when it can): its answer never ended
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -416,6 +417,26 @@ class AnswerEvidence:
 
 # --------------------------------------------------------------------------- answers
 ON_UNSUPPORTED = ("warn", "refuse")  # what an answer the documents do not support gets
+
+
+@dataclass(frozen=True)
+class AnswerProgress:
+    """How far an answer has got before its text: a mode's stream may yield these before its text
+    pieces (Grounded: searching, drafting 2 of 5, verifying). A consumer that wants only the text
+    keeps the ``str`` items and the final ``AnswerResult``, and skips everything else."""
+
+    stage: str  # "searching" | "drafting" | "verifying"
+    done: int = 0  # drafting: drafts finished
+    total: int = 0  # drafting: drafts being written
+
+    @property
+    def message(self) -> str:
+        """In words, for a pending answer: "Drafting answers: 2 of 5 done…"."""
+        if self.stage == "drafting":
+            return f"Drafting answers: {self.done} of {self.total} done…"
+        if self.stage == "verifying":
+            return "Verifying the drafts…"
+        return "Searching your documents…" if self.stage == "searching" else f"{self.stage.capitalize()}…"
 
 
 @dataclass

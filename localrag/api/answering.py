@@ -176,7 +176,7 @@ def _grounded(services: Services, req: ChatRequest, mode: AnswerMode, ticket: Ti
     for item in mode.stream(answerer, request):
         if isinstance(item, AnswerResult):
             result = item
-        else:
+        elif isinstance(item, str):  # text; AnswerProgress (Grounded's drafting, verifying) is not sent
             pieces.append(item)
             if not held:
                 yield item

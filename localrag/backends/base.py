@@ -139,6 +139,9 @@ class BatchBackend(Protocol):
     def seq_cp(self, src: int, dst: int, p0: int = -1, p1: int = -1) -> None:
         """Share the KV cells of sequence ``src`` in positions [p0, p1) with sequence ``dst``."""
 
+    def seq_rm(self, seq: int, p0: int, p1: int = -1) -> bool:
+        """Forget sequence ``seq``'s KV cells in positions [p0, p1) (p1 = -1: to the end)."""
+
     def reset(self) -> None: ...
 
     def tokenize(self, text: str, add_special: bool = False, parse_special: bool = True) -> list[int]: ...

@@ -21,14 +21,16 @@ sentence openings rather than the answer), so it is an option, not the default.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from localrag.backends.base import BatchBackend
-from localrag.config import GroundedConfig
+from localrag.config import GroundedConfig, RepetitionConfig
 from localrag.engine import Engine
+from localrag.repetition import RepetitionGuard
+from localrag.results import AnswerProgress
 
 
 @dataclass
@@ -43,6 +45,28 @@ class DrafterOutput:
     answer_lp: list[float] = field(default_factory=list)
     rationale_text: str = ""
     answer_text: str = ""
+    # the piece that came next when the rationale ended cut: at twice its token limit, in a sentence
+    # that had not ended ('' when it ended on its own or at a sentence end)
+    rationale_next: str = ""
+    # how the answer ended: "eog" (end-of-generation; extractive: no copied span continues), "line"
+    # (a line break), "sentence" (a sentence end before the next word): complete; "limit" (the
+    # answer's token limit came first) or "loop" (the repetition guard fired): incomplete, so the
+    # draft cannot be the answer
+    ended: str = ""
+
+    @property
+    def complete(self) -> bool:
+        return self.ended in ("eog", "line", "sentence")
+
+    @property
+    def shown_rationale(self) -> str:
+        """The rationale as shown: whole words; one its token limit cut mid-sentence ends in "…"."""
+        text = self.rationale_text.strip()
+        if not self.rationale_next or not text or _ends_sentence(text):
+            return text
+        if self.rationale_next[:1].isalnum():  # the limit fell inside a word: drop its start
+            text = text.rsplit(None, 1)[0] if len(text.split()) > 1 else ""
+        return text.rstrip(",;:-") + "…" if text else ""
 
     @property
     def logprob(self) -> float:
@@ -52,6 +76,11 @@ class DrafterOutput:
     @property
     def n_tokens(self) -> int:
         return len(self.rationale) + len(self.answer)
+
+    @property
+    def n_written(self) -> int:
+        """The tokens of its KV sequence: prompt, rationale, forced "Answer:" and answer."""
+        return len(self.prompt) + len(self.rationale) + len(self.forced) + len(self.answer)
 
 
 class SpanCopy:
@@ -105,8 +134,23 @@ def token_logprob(row: np.ndarray, token: int) -> float:
 
 
 def write_drafts(backend: BatchBackend, prompts: Sequence[list[int]], cfg: GroundedConfig, seq_base: int = 0,
-                 sources: Sequence[Sequence[Sequence[int]]] | None = None) -> list[DrafterOutput]:
-    """Greedy drafts for all prompts at once: prompt i decodes in KV sequence seq_base + i.
+                 sources: Sequence[Sequence[Sequence[int]]] | None = None, max_answer_tokens: int = 256,
+                 repetition: RepetitionConfig | None = None) -> list[DrafterOutput]:
+    """Greedy drafts for all prompts at once (``draft_steps`` run to the end, its progress unused)."""
+    steps = draft_steps(backend, prompts, cfg, seq_base, sources, max_answer_tokens, repetition)
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value
+
+
+def draft_steps(backend: BatchBackend, prompts: Sequence[list[int]], cfg: GroundedConfig, seq_base: int = 0,
+                sources: Sequence[Sequence[Sequence[int]]] | None = None, max_answer_tokens: int = 256,
+                repetition: RepetitionConfig | None = None) -> Generator[AnswerProgress, None, list[DrafterOutput]]:
+    """Greedy drafts for all prompts at once: prompt i decodes in KV sequence seq_base + i. Yields
+    ``AnswerProgress("drafting", done, n)`` before the prefill (0 done) and whenever another draft
+    finishes, and returns the drafts (``toks = yield from draft_steps(...)``).
 
     ``sources[i]``: the token sequences draft i must copy from when ``cfg.extractive`` (its
     subset's chunks, ``chunk_tokens``); None drafts freely.
@@ -116,18 +160,56 @@ def write_drafts(backend: BatchBackend, prompts: Sequence[list[int]], cfg: Groun
     chunk) by copying those cells (unified KV), so only its own remainder is decoded; see
     ``share_plan``. Then each step is one llama_decode holding the next token of every
     unfinished draft. Phases per draft: rationale (until a newline, "Answer", the end of a
-    copied sentence, EOG or the token limit) -> the forced tokens "\nAnswer:" -> answer (until
-    a newline, EOG or the limit). The stopping token is not part of the draft (nor of its
-    log-probability).
+    copied sentence, EOG or the token limit; at the limit it ends at its last sentence end, its
+    KV cut back to it, or finishes its sentence within twice the limit) -> the forced tokens
+    "\nAnswer:" -> answer (until EOG, a line break, or a sentence end: ``.``, ``!`` or ``?``
+    followed by a token that starts with whitespace). An answer that reaches ``max_answer_tokens`` first, or that the repetition
+    guard stops (``repetition``), is incomplete (``DrafterOutput.ended``): never cut mid-word into
+    an answer, it is dropped by the pipeline. The stopping token is not part of the draft (nor of
+    its log-probability).
     """
     n = len(prompts)
+    yield AnswerProgress("drafting", 0, n)
     backend.reset()
-    forced = backend.tokenize("\nAnswer:", add_special=False)
-    newline = backend.tokenize("\n", add_special=False)[-1]
-    copiers = [SpanCopy(sources[i]) if (cfg.extractive and sources) else None for i in range(n)]
-    seqs = [seq_base + i for i in range(n)]
+    try:  # also when the consumer stops early (a generator closed mid-way): the KV cache is left empty
+        seqs = [seq_base + i for i in range(n)]
+        first = prefill_shared(backend, prompts, seqs)
+        forced = backend.tokenize("\nAnswer:", add_special=False)
+        newline = backend.tokenize("\n", add_special=False)[-1]
+        copiers = [SpanCopy(sources[i]) if (cfg.extractive and sources) else None for i in range(n)]
+        guards = [RepetitionGuard(repetition) if repetition is not None else None for _ in prompts]
+        drafts = [DrafterOutput(prompt=list(p)) for p in prompts]
+        decoded = [len(p) for p in prompts]  # tokens in each draft's KV sequence
+        phase = ["rationale"] * n
+        step = _Stepper(backend, cfg, forced, newline, max_answer_tokens)
+        feed = [step.advance(drafts[i], phase, i, first[i], copiers[i], guards[i]) for i in range(n)]
+        finished = 0
+        while True:
+            active = [i for i in range(n) if phase[i] != "done"]
+            if n - len(active) > finished:
+                finished = n - len(active)
+                yield AnswerProgress("drafting", finished, n)
+            if not active:
+                return drafts
+            entries = []
+            for i in active:
+                at = drafts[i].n_written - len(feed[i])  # the fed tokens are the draft's last ones
+                if at < decoded[i]:  # its rationale was cut back to its last whole sentence
+                    backend.seq_rm(seqs[i], at, -1)
+                entries += [(t, at + j, seqs[i], j == len(feed[i]) - 1) for j, t in enumerate(feed[i])]
+                decoded[i] = at + len(feed[i])
+            rows = decode_rows(backend, entries)
+            for r, i in enumerate(active):
+                feed[i] = step.advance(drafts[i], phase, i, rows[r], copiers[i], guards[i])
+    finally:
+        backend.reset()
+
+
+def prefill_shared(backend: BatchBackend, prompts: Sequence[list[int]], seqs: Sequence[int]) -> list[np.ndarray]:
+    """Prefill prompt i into KV sequence seqs[i], sharing prefixes (``share_plan``); the logits row
+    after each prompt's last token."""
     parent, shared, waves = share_plan(prompts)
-    first: list[np.ndarray | None] = [None] * n
+    first: list[np.ndarray] = [np.empty(0)] * len(prompts)
     for wave in waves:  # one batched decode per wave of prompts (parents are always in earlier waves)
         entries = []
         for i in wave:
@@ -137,24 +219,7 @@ def write_drafts(backend: BatchBackend, prompts: Sequence[list[int]], cfg: Groun
             entries += [(t, shared[i] + j, seqs[i], j == len(rest) - 1) for j, t in enumerate(rest)]
         for i, row in zip(wave, decode_rows(backend, entries), strict=True):
             first[i] = row
-    drafts = [DrafterOutput(prompt=list(p)) for p in prompts]
-    pos = [len(p) for p in prompts]
-    phase = ["rationale"] * n
-    step = _Stepper(backend, cfg, forced, newline)
-    feed = [step.advance(drafts[i], phase, i, first[i], copiers[i]) for i in range(n)]
-    while True:
-        active = [i for i in range(n) if phase[i] != "done"]
-        if not active:
-            break
-        entries = []
-        for i in active:
-            entries += [(t, pos[i] + j, seqs[i], j == len(feed[i]) - 1) for j, t in enumerate(feed[i])]
-        rows = decode_rows(backend, entries)
-        for r, i in enumerate(active):
-            pos[i] += len(feed[i])
-            feed[i] = step.advance(drafts[i], phase, i, rows[r], copiers[i])
-    backend.reset()
-    return drafts
+    return first
 
 
 def share_plan(prompts: Sequence[Sequence[int]]) -> tuple[list[int], list[int], list[list[int]]]:
@@ -185,6 +250,7 @@ class _Stepper:
     cfg: GroundedConfig
     forced: list[int]
     newline: int
+    max_answer_tokens: int
 
     def pick(self, row: np.ndarray, copier: SpanCopy | None, may_stop: bool) -> int | None:
         """The greedy token; with a copier, the argmax over span continuations and (when the
@@ -199,39 +265,65 @@ class _Stepper:
         return max(allowed, key=lambda t: row[t]) if allowed else None
 
     def advance(self, d: DrafterOutput, phase: list[str], i: int, row: np.ndarray,
-                copier: SpanCopy | None) -> list[int]:
-        cfg = self.cfg
+                copier: SpanCopy | None, guard: RepetitionGuard | None) -> list[int]:
         if phase[i] == "rationale":
-            tok = self.pick(row, copier, may_stop=bool(d.rationale))
-            piece = self._piece(tok)
-            if (tok is None or self.backend.is_eog(tok) or "\n" in piece or "Answer" in d.rationale_text + piece
-                    or len(d.rationale) >= cfg.rationale_tokens):
-                return self._start_answer(d, phase, i, copier)
-            d.rationale.append(tok)
-            d.rationale_lp.append(token_logprob(row, tok))
-            d.rationale_text += piece
-            if copier is not None:
-                copier.take(tok)
-                if _ends_sentence(piece):  # a quoted sentence is complete
-                    return [tok] + self._start_answer(d, phase, i, copier)
-            return [tok]
+            return self._rationale(d, phase, i, row, copier)
         tok = self.pick(row, copier, may_stop=bool(d.answer))
         piece = self._piece(tok)
-        if tok is None or self.backend.is_eog(tok) or "\n" in piece or len(d.answer) >= cfg.answer_tokens:
-            phase[i] = "done"
-            return []
+        if tok is None or self.backend.is_eog(tok):
+            return self._end(d, phase, i, "eog")
+        if "\n" in piece:
+            return self._end(d, phase, i, "line")
+        if d.answer and piece[:1].isspace() and _ends_sentence(d.answer_text):
+            return self._end(d, phase, i, "sentence")  # the next word would start a second sentence
+        if len(d.answer) >= self.max_answer_tokens:
+            return self._end(d, phase, i, "limit")
         d.answer.append(tok)
         d.answer_lp.append(token_logprob(row, tok))
         d.answer_text += piece
+        if guard is not None:
+            guard.push(tok, d.answer_text)
+            if guard.fired:
+                return self._end(d, phase, i, "loop")
         if copier is not None:
             copier.take(tok)
             if _ends_sentence(piece):  # the copied phrase ends a sentence
-                phase[i] = "done"
-                return []
-        if len(d.answer) >= cfg.answer_tokens:
-            phase[i] = "done"
-            return []
+                return self._end(d, phase, i, "sentence")
         return [tok]
+
+    def _rationale(self, d: DrafterOutput, phase: list[str], i: int, row: np.ndarray,
+                   copier: SpanCopy | None) -> list[int]:
+        tok = self.pick(row, copier, may_stop=bool(d.rationale))
+        piece = self._piece(tok)
+        if tok is None or self.backend.is_eog(tok) or "\n" in piece or "Answer" in d.rationale_text + piece:
+            return self._start_answer(d, phase, i, copier)
+        if len(d.rationale) >= self.cfg.rationale_tokens and self._ends_at_limit(d, piece):
+            return self._start_answer(d, phase, i, copier)
+        d.rationale.append(tok)
+        d.rationale_lp.append(token_logprob(row, tok))
+        d.rationale_text += piece
+        if copier is not None:
+            copier.take(tok)
+            if _ends_sentence(piece):  # a quoted sentence is complete
+                return [tok] + self._start_answer(d, phase, i, copier)
+        return [tok]
+
+    def _ends_at_limit(self, d: DrafterOutput, next_piece: str) -> bool:
+        """The rationale is at (or past) its token limit, ``next_piece`` still to come: True when it
+        ends here. It ends at its last sentence end, cut back to it (else the drafter copies the cut
+        sentence into its answer); without one it runs on to finish its sentence (False), up to
+        twice the limit, where it ends cut (``shown_rationale`` ends it in "…")."""
+        pieces = [self._piece(t) for t in d.rationale] + [next_piece]
+        for keep in range(len(d.rationale), 0, -1):
+            text = "".join(pieces[:keep])
+            if _ends_sentence(text) and pieces[keep][:1].isspace():
+                del d.rationale[keep:], d.rationale_lp[keep:]
+                d.rationale_text = text
+                return True
+        if len(d.rationale) < 2 * self.cfg.rationale_tokens:
+            return False
+        d.rationale_next = next_piece
+        return True
 
     def _start_answer(self, d: DrafterOutput, phase: list[str], i: int, copier: SpanCopy | None) -> list[int]:
         phase[i] = "answer"
@@ -240,12 +332,19 @@ class _Stepper:
             copier.restart()
         return list(self.forced)
 
+    @staticmethod
+    def _end(d: DrafterOutput, phase: list[str], i: int, why: str) -> list[int]:
+        phase[i] = "done"
+        d.ended = why
+        return []
+
     def _piece(self, tok: int | None) -> str:
         return "" if tok is None else self.backend.token_bytes(tok).decode("utf-8", errors="replace")
 
 
-def _ends_sentence(piece: str) -> bool:
-    return piece.rstrip().endswith((".", "!", "?"))
+def _ends_sentence(text: str) -> bool:
+    """The text ends a sentence: ``.``, ``!`` or ``?``, perhaps followed by closing quotes or brackets."""
+    return text.rstrip().rstrip("\"')]}»”’").endswith((".", "!", "?"))
 
 
 def _common_prefix(seqs: Sequence[Sequence[int]]) -> int:

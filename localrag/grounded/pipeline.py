@@ -10,7 +10,9 @@ Pipeline, one function per phase:
                     KV prefixes (a chunk several subsets hold is prefilled once, not per subset)
     write_drafts    the small drafter writes "Rationale: ... Answer: ..." per subset (or, with
                     ``extractive``, copies both from the subset's chunks); all subsets decode
-                    concurrently as llama.cpp sequences in one batch (``grounded.drafting``)
+                    concurrently as llama.cpp sequences in one batch (``grounded.drafting``). An
+                    answer ends at a sentence end, a line break or end-of-generation within the
+                    request's max_tokens; one that does not (or that loops) is dropped, never cut short
     score_drafts    the verifier scores each draft's TEXT (its own tokenizer) in one pass over
                     [question, answer, rationale, reflection question, "Yes"] (``grounded.scoring``)
     select          best combined score; below the calibrated threshold -> "not in the documents"
@@ -18,7 +20,8 @@ Pipeline, one function per phase:
                     (``localrag.evidence``, when an aligner is given): its citations are the chunks
                     that evidence cites, and an answer they do not support is unsupported too
 
-The scores and their normalisation: ``localrag.grounded.scoring``.
+The scores and their normalisation: ``localrag.grounded.scoring``. ``stream`` yields
+``AnswerProgress`` (searching, drafting k of m done, verifying) before the ``AnswerResult``.
 
     pipe = GroundedPipeline(Engine.load(ModelConfig()), load_verifier(GroundedConfig(), ModelConfig()))
     result = pipe.answer("How much notice ends the contract?", DocumentIndex(IndexConfig()))
@@ -28,7 +31,7 @@ The scores and their normalisation: ``localrag.grounded.scoring``.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 
@@ -36,12 +39,20 @@ from localrag.backends.base import BatchBackend
 from localrag.config import GenerationConfig, GroundedConfig, ModelConfig
 from localrag.engine import Engine
 from localrag.evidence import EvidenceAligner, split_citations
-from localrag.grounded.drafting import chunk_tokens, draft_prompt, write_drafts
+from localrag.grounded.drafting import DrafterOutput, chunk_tokens, draft_prompt, draft_steps
 from localrag.grounded.scoring import combined_score, draft_text, score_drafts, select, short_answer
 from localrag.grounded.subsets import cluster, make_subsets, random_subsets, shared_prefix_order
 from localrag.rag.index import DocumentIndex
 from localrag.rag.records import Hit
-from localrag.results import AnswerResult, AnswerStats, Citation, GroundedDraft, GroundedStats, RetrievalStats
+from localrag.results import (
+    AnswerProgress,
+    AnswerResult,
+    AnswerStats,
+    Citation,
+    GroundedDraft,
+    GroundedStats,
+    RetrievalStats,
+)
 
 
 def verifier_config(config: GroundedConfig, base: ModelConfig) -> ModelConfig:
@@ -91,10 +102,21 @@ class GroundedPipeline:
 
     def answer(self, question: str, index: DocumentIndex | None, gen: GenerationConfig | None = None,
                config: GroundedConfig | None = None, query: str | None = None) -> AnswerResult:
-        """query: what to search (default: the question; a follow-up's query adds the conversation's terms)."""
+        """The whole answer at once (``stream`` without its progress)."""
+        return _last(self.stream(question, index, gen, config, query))
+
+    def stream(self, question: str, index: DocumentIndex | None, gen: GenerationConfig | None = None,
+               config: GroundedConfig | None = None,
+               query: str | None = None) -> Iterator[AnswerProgress | AnswerResult]:
+        """AnswerProgress (searching, drafting k of m done, verifying), then the AnswerResult. ``gen``: the
+        request's limits: an answer must end (a sentence end, a line break or end-of-generation)
+        within ``gen.max_tokens`` tokens, and the repetition guard runs on every draft's answer.
+        ``query``: what to search (default: the question; a follow-up's query adds the conversation's terms)."""
         cfg = config or self.config
+        gen = gen or GenerationConfig()
         query = query or question
         t0 = time.perf_counter()
+        yield AnswerProgress("searching")
         hits, relevant = retrieve(index, query, cfg)
         name = index.config.collection if index is not None else None
         retrieval = RetrievalStats(query=query, collection=name, k=cfg.n, n_chunks=len(hits),
@@ -106,14 +128,17 @@ class GroundedPipeline:
         stats = AnswerStats(mode="grounded", retrieval=retrieval, grounded=GroundedStats(threshold=cfg.min_score))
         if not relevant:
             stats.total_s = time.perf_counter() - t0
-            return self._unsupported(searched, [], stats, "nothing relevant was retrieved")
+            yield self._unsupported(searched, [], stats, "nothing relevant was retrieved")
+            return
         vectors = index.vectors([h.chunk_id for h in relevant]) if cfg.cluster else None
-        return self.answer_from_chunks(question, relevant, vectors, searched, stats, cfg, t0)
+        yield from self.stream_from_chunks(question, relevant, vectors, searched, stats, cfg, gen, t0)
 
-    def answer_from_chunks(self, question: str, hits: Sequence[Hit], vectors: np.ndarray | None, searched: str,
-                           stats: AnswerStats, cfg: GroundedConfig, t0: float | None = None) -> AnswerResult:
+    def stream_from_chunks(self, question: str, hits: Sequence[Hit], vectors: np.ndarray | None, searched: str,
+                           stats: AnswerStats, cfg: GroundedConfig, gen: GenerationConfig | None = None,
+                           t0: float | None = None) -> Iterator[AnswerProgress | AnswerResult]:
         """Cluster -> subsets -> draft -> verify -> select over already retrieved chunks (best first)."""
         t0 = time.perf_counter() if t0 is None else t0
+        gen = gen or GenerationConfig()
         gs = stats.grounded = stats.grounded or GroundedStats(threshold=cfg.min_score)
         t = time.perf_counter()
         if cfg.cluster and vectors is not None:
@@ -126,40 +151,46 @@ class GroundedPipeline:
         texts = [[hits[i].text for i in sub] for sub in subsets]
         prompts = [draft_prompt(self.drafter, question, chunks, cfg) for chunks in texts]
         sources = [chunk_tokens(self.drafter, chunks) for chunks in texts] if cfg.extractive else None
-        toks = write_drafts(self.drafter.backend, prompts, cfg, sources=sources)
+        toks = yield from draft_steps(self.drafter.backend, prompts, cfg, sources=sources,
+                                      max_answer_tokens=gen.max_tokens, repetition=gen.repetition)
         gs.draft_s = time.perf_counter() - t
+        yield AnswerProgress("verifying")
         t = time.perf_counter()
+        rationales = [d.shown_rationale for d in toks]
         scores = None
         if cfg.use_verifier:
             scores = score_drafts(self.verifier.backend, question,
-                                  [(d.answer_text, d.rationale_text) for d in toks], cfg)
+                                  [(d.answer_text, r) for d, r in zip(toks, rationales, strict=True)], cfg)
         gs.verify_s = time.perf_counter() - t
-        drafts = [GroundedDraft(answer=short_answer(d.answer_text), rationale=d.rationale_text.strip(),
+        drafts = [GroundedDraft(answer=short_answer(d.answer_text), rationale=rationale,
                                 citations=[Citation.from_hit(hits[i]) for i in sub], draft_logprob=d.logprob,
                                 consistency=scores[j].consistency if scores else 0.0,
                                 reflection=scores[j].reflection if scores else 0.0,
                                 score=combined_score(d, scores[j] if scores else None), n_draft_tokens=d.n_tokens,
-                                n_verify_tokens=scores[j].n_tokens if scores else 0, subset=tuple(sub))
-                  for j, (d, sub) in enumerate(zip(toks, subsets, strict=True))]
+                                n_verify_tokens=scores[j].n_tokens if scores else 0, subset=tuple(sub),
+                                dropped=dropped_because(d, gen.max_tokens))
+                  for j, (d, sub, rationale) in enumerate(zip(toks, subsets, rationales, strict=True))]
         drafts.sort(key=lambda d: d.score, reverse=True)
         best, passed = select(drafts, cfg)
         gs.n_drafts, gs.draft_tokens = len(drafts), sum(d.n_draft_tokens for d in drafts)
         if best is None:
             stats.total_s = time.perf_counter() - t0
-            return self._unsupported(searched, drafts, stats, "every draft declined to answer")
+            yield self._unsupported(searched, drafts, stats, no_answer_reason(drafts, gen.max_tokens))
+            return
         if not passed:
             gs.unsupported_reason = "no draft passed the verifier's threshold"
         text = draft_text(best)
         if self.aligner is None:
             stats.total_s = time.perf_counter() - t0
-            return AnswerResult(text=text, mode="grounded", citations=list(best.citations), supported=passed,
-                                drafts=drafts, stats=stats, searched=searched)
+            yield AnswerResult(text=text, mode="grounded", citations=list(best.citations), supported=passed,
+                               drafts=drafts, stats=stats, searched=searched)
+            return
         # the final check: the draft's sentence-level evidence in the chunks it was written from
         evidence = self.aligner.align(text, [hits[i] for i in best.subset], question=question)
         citations, also = split_citations(evidence, hits)
         stats.total_s = time.perf_counter() - t0
-        return AnswerResult(text=text, mode="grounded", citations=citations, supported=passed and evidence.supported,
-                            drafts=drafts, stats=stats, searched=searched, also_searched=also, evidence=evidence)
+        yield AnswerResult(text=text, mode="grounded", citations=citations, supported=passed and evidence.supported,
+                           drafts=drafts, stats=stats, searched=searched, also_searched=also, evidence=evidence)
 
     @staticmethod
     def _unsupported(searched: str, drafts: list[GroundedDraft], stats: AnswerStats, why: str) -> AnswerResult:
@@ -168,3 +199,38 @@ class GroundedPipeline:
             stats.grounded.unsupported_reason = why
         return AnswerResult(text="", mode="grounded", citations=[], supported=False, drafts=drafts, stats=stats,
                             searched=searched)
+
+
+LOOPED = "its answer repeated itself"  # why a draft the repetition guard stopped was dropped
+
+
+def dropped_because(draft: DrafterOutput, max_tokens: int) -> str:
+    """Why a draft cannot be the answer ('' when it can): its answer never ended."""
+    if draft.ended == "limit":
+        return f"its answer did not end within {_tokens(max_tokens)}"
+    if draft.ended == "loop":
+        return LOOPED
+    return ""
+
+
+def no_answer_reason(drafts: Sequence[GroundedDraft], max_tokens: int) -> str:
+    """Why no draft can be the answer, in words (every draft was dropped or declined)."""
+    if drafts and all(d.dropped for d in drafts):
+        looped = any(d.dropped == LOOPED for d in drafts)
+        return f"no draft finished its answer within {_tokens(max_tokens)}" + (" without looping" if looped else "")
+    if any(d.dropped for d in drafts):
+        return "every draft declined to answer or did not finish it"
+    return "every draft declined to answer"
+
+
+def _tokens(n: int) -> str:
+    return f"{n} token" if n == 1 else f"{n} tokens"
+
+
+def _last(items: Iterator[AnswerProgress | AnswerResult]) -> AnswerResult:
+    """The stream's AnswerResult (its last item), its progress unused."""
+    result = None
+    for item in items:
+        result = item
+    assert isinstance(result, AnswerResult)
+    return result

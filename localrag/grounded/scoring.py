@@ -137,10 +137,20 @@ def is_refusal(answer: str) -> bool:
     return not a or any(r in a for r in REFUSALS)
 
 
+def may_answer(draft: GroundedDraft) -> bool:
+    """The draft may be the answer: it finished (not dropped) and does not decline to answer."""
+    return not draft.dropped and not is_refusal(draft.answer)
+
+
+def usable(drafts: Sequence[GroundedDraft]) -> list[GroundedDraft]:
+    """The drafts that may be the answer, in their order."""
+    return [d for d in drafts if may_answer(d)]
+
+
 def select(drafts: list[GroundedDraft], cfg: GroundedConfig) -> tuple[GroundedDraft | None, bool]:
-    """(best draft or None, supported): best by score; supported when it passes the threshold."""
-    usable = [d for d in drafts if not is_refusal(d.answer)]
-    if not usable:
+    """(best draft or None, supported): best usable draft by score; supported when it passes the threshold."""
+    candidates = usable(drafts)
+    if not candidates:
         return None, False
-    best = max(usable, key=lambda d: d.score)
+    best = max(candidates, key=lambda d: d.score)
     return best, best.score >= cfg.min_score

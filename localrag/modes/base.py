@@ -4,7 +4,7 @@
         id = "mine"
         label = "Mine"
         def stream(self, answerer, request):
-            ...                       # yield text pieces, then exactly one AnswerResult
+            ...                       # yield text pieces (AnswerProgress first, if slow), then one AnswerResult
 
 Register it with one line in ``localrag/modes/__init__.py``; the UI, the CLI, the API and the
 benchmarks read the modes from there.
@@ -20,7 +20,7 @@ from typing import ClassVar, Protocol
 from localrag.answer import Answerer
 from localrag.config import GenerationConfig
 from localrag.engine import Engine
-from localrag.results import ON_UNSUPPORTED, AnswerResult
+from localrag.results import ON_UNSUPPORTED, AnswerProgress, AnswerResult
 
 
 class CancelFlag(Protocol):
@@ -72,8 +72,10 @@ class AnswerMode(ABC):
         return (True, "") if engine is not None else (False, "no model is loaded")
 
     @abstractmethod
-    def stream(self, answerer: Answerer, request: AnswerRequest) -> Iterator[str | AnswerResult]:
-        """Text pieces as they are written, then exactly one AnswerResult."""
+    def stream(self, answerer: Answerer, request: AnswerRequest) -> Iterator[str | AnswerProgress | AnswerResult]:
+        """Text pieces as they are written, then exactly one AnswerResult. Before its text, a slow
+        mode may yield ``AnswerProgress`` (what it is doing); a consumer that only wants the text
+        keeps the ``str`` items and skips the rest."""
 
     def answer(self, answerer: Answerer, request: AnswerRequest) -> AnswerResult:
         """Non-streaming: the final AnswerResult."""

@@ -10,7 +10,7 @@ from localrag.answer import Answerer, apply_policy
 from localrag.engine import Engine
 from localrag.grounded import drafter_problem
 from localrag.modes.base import AnswerMode, AnswerRequest
-from localrag.results import AnswerResult
+from localrag.results import AnswerProgress, AnswerResult
 
 
 class GroundedMode(AnswerMode):
@@ -26,12 +26,17 @@ class GroundedMode(AnswerMode):
         why = drafter_problem(engine)
         return (False, why) if why else (True, "")
 
-    def stream(self, answerer: Answerer, request: AnswerRequest) -> Iterator[str | AnswerResult]:
+    def stream(self, answerer: Answerer, request: AnswerRequest) -> Iterator[str | AnswerProgress | AnswerResult]:
+        """AnswerProgress while it searches, drafts (k of m done) and verifies; then the chosen
+        answer's text (none when refused) and the AnswerResult."""
         index = answerer.index_for(request.collection)
-        result = answerer.grounded_pipeline.answer(request.question, index, gen=request.gen,
-                                                  query=answerer.search_query(request.question, request.history))
-        why = result.stats.grounded.unsupported_reason if result.stats.grounded is not None else ""
-        result = apply_policy(result, self.policy(request), why)
-        if result.text and not result.refused:
-            yield result.text
-        yield result
+        query = answerer.search_query(request.question, request.history)
+        for item in answerer.grounded_pipeline.stream(request.question, index, gen=request.gen, query=query):
+            if isinstance(item, AnswerProgress):
+                yield item
+            else:
+                why = item.stats.grounded.unsupported_reason if item.stats.grounded is not None else ""
+                result = apply_policy(item, self.policy(request), why)
+                if result.text and not result.refused:
+                    yield result.text
+                yield result

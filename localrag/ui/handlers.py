@@ -27,7 +27,7 @@ from localrag.modes import AnswerRequest
 from localrag.rag.config import IndexConfig
 from localrag.rag.records import IngestEvent, WatchedFolder
 from localrag.rag.watch import FolderState
-from localrag.results import AnswerResult
+from localrag.results import AnswerProgress, AnswerResult
 from localrag.serving import QueueFull, Ticket, ordinal
 from localrag.ui.history import ChatInfo, Turn, make_title
 from localrag.ui.render import (
@@ -161,6 +161,8 @@ class ChatController:
             if isinstance(item, AnswerResult):
                 item.stats.waited_s = ticket.waited_s
                 turn.take(item)
+            elif isinstance(item, AnswerProgress):  # the pending answer says what the mode is doing
+                yield view(status=f"⏳ {item.message}")
             else:
                 turn.answer += item
                 if time.perf_counter() - last >= STREAM_EVERY_S:

@@ -26,6 +26,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from localrag.answer import unsupported_reason
+from localrag.grounded.scoring import may_answer
 from localrag.modes import get_mode
 from localrag.results import AnswerEvidence, AnswerStats, Citation, GroundedDraft
 from localrag.ui.history import Turn
@@ -75,8 +76,10 @@ def stats_line(mode: str, stats: AnswerStats) -> str:
     return "⚡ " + " · ".join(parts)
 
 
-def _best(drafts: Sequence[GroundedDraft]) -> int:
-    return max(range(len(drafts)), key=lambda i: drafts[i].score if math.isfinite(drafts[i].score) else -math.inf)
+def _best(drafts: Sequence[GroundedDraft]) -> int | None:
+    """The chosen draft's index: the best-scoring one that may be the answer (None: none may)."""
+    ranked = [i for i, d in enumerate(drafts) if may_answer(d)]
+    return max(ranked, key=lambda i: drafts[i].score if math.isfinite(drafts[i].score) else -math.inf, default=None)
 
 
 def drafts_markdown(drafts: Sequence[GroundedDraft]) -> str:
@@ -85,6 +88,8 @@ def drafts_markdown(drafts: Sequence[GroundedDraft]) -> str:
         **#1 ✅ Marta Ilves** · score -1.100
         draft log p -3.200 · consistency -4.100 · reflection -0.200 · from zephyr.md lines 3-4
         > *The text says Marta Ilves polished it.*
+
+    A dropped draft (its answer never ended) shows what it wrote with "…" and why it was dropped.
     """
     if not drafts:
         return ""
@@ -93,6 +98,8 @@ def drafts_markdown(drafts: Sequence[GroundedDraft]) -> str:
     for i, d in enumerate(drafts):
         mark = " ✅" if i == best else ""
         answer = html.escape(" ".join(d.answer.split())) or "(empty)"
+        if d.dropped:
+            answer = f"{answer}… ✂ dropped: {html.escape(d.dropped)}"
         lines = [f"**#{i + 1}{mark} {answer}** · score {_f(d.score)}",
                  f"draft log p {_f(d.draft_logprob)} · consistency {_f(d.consistency)} · "
                  f"reflection {_f(d.reflection)}" + (f" · from {', '.join(c.label for c in d.citations)}"
@@ -231,9 +238,9 @@ def turn_messages(turn: Turn, n: int) -> list[dict]:
         msgs += _chunk_panels(pid, turn.also_searched, None, numbered=False)
     if turn.drafts:
         best = _best(turn.drafts)
+        chosen = f"chosen #{best + 1}, score {_f(turn.drafts[best].score)}" if best is not None else "none chosen"
         msgs.append({"role": "assistant", "content": drafts_markdown(turn.drafts), "metadata": {
-            "title": f"🧪 Drafts ({len(turn.drafts)}) · chosen #{best + 1}, "
-                     f"score {_f(turn.drafts[best].score)}", "id": f"drafts-{n}", "status": "done"}})
+            "title": f"🧪 Drafts ({len(turn.drafts)}) · {chosen}", "id": f"drafts-{n}", "status": "done"}})
     if turn.stats is not None:
         msgs.append({"role": "assistant", "content": f"<small>{html.escape(stats_line(turn.mode, turn.stats))}</small>"})
     return msgs

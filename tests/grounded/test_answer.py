@@ -21,7 +21,7 @@ import pytest
 from localrag.answer import Answerer, RasdState, rag_messages
 from localrag.config import GenerationConfig, GroundedConfig
 from localrag.modes import MODES, AnswerRequest, get_mode, mode_names
-from localrag.results import AnswerResult, RasdStats
+from localrag.results import AnswerProgress, AnswerResult, RasdStats
 
 pytestmark = pytest.mark.slow
 
@@ -29,11 +29,17 @@ GEN = GenerationConfig(max_tokens=24)
 Q = "How many days of notice are needed to terminate the agreement?"
 
 
-def _collect(stream):
+def _collect(stream, progress: list | None = None):
     items = list(stream)
     assert items and isinstance(items[-1], AnswerResult)
-    assert all(isinstance(x, str) for x in items[:-1])
-    return "".join(items[:-1]), items[-1]
+    steps = [x for x in items[:-1] if isinstance(x, AnswerProgress)]
+    text = [x for x in items[:-1] if not isinstance(x, AnswerProgress)]
+    assert all(isinstance(x, str) for x in text)
+    if progress is not None:
+        progress += steps
+    else:
+        assert not steps
+    return "".join(text), items[-1]
 
 
 def test_plain_mode_streams_then_cites_what_supports_the_answer(index, drafter):
@@ -95,14 +101,21 @@ def test_the_registry_names_every_mode_once():
     assert [m.label for m in MODES.values()] == ["Plain", "Speedup (RASD)", "Grounded (Speculative RAG)"]
 
 
-def test_grounded_mode_through_the_answerer(index, drafter, verifier):
-    ans = Answerer(drafter, index, verifier=verifier,
-                   grounded_config=GroundedConfig(m=2, answer_tokens=8, rationale_tokens=16))
-    text, result = _collect(get_mode("specrag").stream(ans, AnswerRequest(Q, gen=GEN)))
+def test_grounded_mode_streams_its_progress_then_the_checked_answer(index, drafter, verifier):
+    ans = Answerer(drafter, index, verifier=verifier, grounded_config=GroundedConfig(m=2, rationale_tokens=16))
+    progress: list[AnswerProgress] = []
+    text, result = _collect(get_mode("specrag").stream(ans, AnswerRequest(Q, gen=GEN)), progress)
     assert result.mode == "grounded" and len(result.drafts) >= 1 and result.on_unsupported == "refuse"
     assert text == ("" if result.refused else result.text) and result.refused == (not result.supported)
     assert result.evidence is not None and [c.chunk_id for c in result.citations] == list(result.evidence.cited)
     assert result.stats.grounded.n_drafts == len(result.drafts) and result.stats.generation is None
+    # searching, drafting 0 of m .. m of m (as drafts finish), verifying: all before the text
+    m = len(result.drafts)
+    assert progress[0].stage == "searching" and progress[-1].stage == "verifying"
+    drafting = [(p.done, p.total) for p in progress[1:-1]]
+    assert drafting[0] == (0, m) and drafting[-1] == (m, m) and {p.stage for p in progress[1:-1]} == {"drafting"}
+    assert [d for d, _ in drafting] == sorted({d for d, _ in drafting})
+    assert progress[1].message == f"Drafting answers: 0 of {m} done…"
 
 
 IBUPROFEN = "What is the recommended dosage of ibuprofen for adults?"

@@ -9,14 +9,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from localrag.bench.qa import QARecord, calibrate, run_question, score_answer, summarize
-from localrag.config import GroundedConfig
+from localrag.config import GenerationConfig, GroundedConfig
 from localrag.evidence import EvidenceAligner
 from localrag.results import AnswerStats, Citation, GroundedDraft, GroundedStats
 
 
-def _draft(answer: str, score: float, draft_logprob: float) -> GroundedDraft:
+def _draft(answer: str, score: float, draft_logprob: float, dropped: str = "") -> GroundedDraft:
     return GroundedDraft(answer=answer, rationale="", citations=[], draft_logprob=draft_logprob, consistency=-1.0,
-                 reflection=-0.5, score=score, n_draft_tokens=1, n_verify_tokens=1)
+                         reflection=-0.5, score=score, n_draft_tokens=1, n_verify_tokens=1, dropped=dropped)
 
 
 @dataclass
@@ -48,12 +48,15 @@ class FakePipeline:
 
     def __init__(self, drafts: list[GroundedDraft], supported: bool = True):
         self.drafts, self.supported = drafts, supported
+        self.gens: list[GenerationConfig] = []
 
-    def answer(self, question, index, config):
+    def answer(self, question, index, gen, config):
+        self.gens.append(gen)
         return _Result(self.drafts, self.supported)
 
 
-DRAFTS = [_draft("the Pacific Ocean coast", -6.0, -9.0),  # best combined score
+DRAFTS = [_draft("the Pacific", -1.0, -0.5, dropped="its answer did not end within 32 tokens"),  # never picked
+          _draft("the Pacific Ocean coast", -6.0, -9.0),  # best combined score
           _draft("Pacific", -7.0, -8.0),  # best F1, worst draft score
           _draft("not in the documents", -5.0, -1.0),  # a refusal is never picked as an answer
           _draft("Los Angeles", -8.0, -2.0)]  # best draft score
@@ -61,8 +64,10 @@ DRAFTS = [_draft("the Pacific Ocean coast", -6.0, -9.0),  # best combined score
 
 def test_each_method_reports_its_own_pick_from_the_same_drafts():
     rec = QARecord("Which coastline does Southern California touch?", ("doc",), ("Pacific",))
-    row = run_question(FakeAnswerer("Answer: The Pacific."), FakeAnswerer("I don't know"), FakePipeline(DRAFTS),
-                       rec, None, GroundedConfig(), k=5, ask=fake_ask)
+    pipeline, gen = FakePipeline(DRAFTS), GenerationConfig(max_tokens=32)
+    row = run_question(FakeAnswerer("Answer: The Pacific."), FakeAnswerer("I don't know"), pipeline,
+                       rec, gen, GroundedConfig(), k=5, ask=fake_ask)
+    assert pipeline.gens == [gen, gen]  # specrag and nocluster answer within the same limits as RAG
     assert row["rag"][0] == "The Pacific"
     assert row["specrag"][0] == "the Pacific Ocean coast"
     assert row["unchecked"][0] == row["reranked"][0] == row["specrag"][0]  # no aligner: no check to differ by

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from localrag.answer import apply_policy
-from localrag.config import GroundedConfig
+from localrag.config import GenerationConfig, GroundedConfig
 from localrag.evidence import EvidenceAligner
 from localrag.grounded.drafting import SpanCopy, chunk_tokens, draft_prompt, write_drafts
 from localrag.grounded.pipeline import GroundedPipeline, retrieve
@@ -21,7 +21,7 @@ from localrag.grounded.scoring import draft_text, is_refusal, score_drafts, veri
 
 pytestmark = pytest.mark.slow
 
-CFG = GroundedConfig(rationale_tokens=16, answer_tokens=8, m=3)
+CFG = GroundedConfig(rationale_tokens=16, m=3)
 NOTICE_Q = "How many days of notice are needed to terminate the agreement?"
 
 
@@ -71,6 +71,83 @@ def test_draft_logprob_matches_token_by_token_decoding(drafter):
         logits = be.decode_one(tok)
     be.reset()
     assert d.logprob == pytest.approx(by_hand, rel=0.05, abs=0.05 * d.n_tokens)
+
+
+def test_an_answer_ends_at_a_sentence_end_or_the_draft_is_dropped(drafter):
+    """A draft's answer ends at end-of-generation, a line break or a sentence end, within the
+    request's max tokens; one that would need more is dropped whole, never cut mid-word."""
+    prompts = _prompts(drafter, SUBSETS)
+    full = write_drafts(drafter.backend, prompts, CFG, max_answer_tokens=64)
+    be = drafter.backend
+    for d in full:
+        assert d.complete and d.answer, d.answer_text
+        be.reset()  # the token that ended the answer, by plain decoding
+        logits = be.prefill(d.prompt + d.rationale + d.forced + d.answer)
+        nxt = int(np.argmax(logits))
+        piece = be.token_bytes(nxt).decode("utf-8", errors="replace")
+        be.reset()
+        if d.ended == "sentence":
+            assert d.answer_text.rstrip().endswith((".", "!", "?")) and piece[:1].isspace()
+        else:
+            assert (be.is_eog(nxt) and d.ended == "eog") or ("\n" in piece and d.ended == "line")
+    limit = min(len(d.answer) for d in full) + 1
+    short = write_drafts(drafter.backend, prompts, CFG, max_answer_tokens=limit)
+    for s, f in zip(short, full, strict=True):
+        if len(f.answer) <= limit:
+            assert (s.answer, s.ended) == (f.answer, f.ended)
+        else:  # too long for the limit: dropped, not cut into an answer
+            assert s.ended == "limit" and not s.complete and s.answer == f.answer[:limit]
+
+
+def test_a_rationale_at_its_limit_ends_at_a_sentence_end(drafter):
+    """At its token limit a rationale ends at its last sentence end, its KV cut back to it, or runs
+    on to finish its sentence (within twice the limit): the drafter never copies a cut sentence into
+    its answer. The answer is the drafter's own continuation of the kept rationale alone."""
+    prompts = _prompts(drafter, SUBSETS)
+    free = write_drafts(drafter.backend, prompts, CFG.with_(rationale_tokens=64), max_answer_tokens=64)
+    cfg = CFG.with_(rationale_tokens=20)
+    limited = write_drafts(drafter.backend, prompts, cfg, max_answer_tokens=64)
+    be = drafter.backend
+    cut_back = ran_on = 0
+    for d, f in zip(limited, free, strict=True):
+        assert f.rationale[:len(d.rationale)] == d.rationale and not d.rationale_next
+        if len(f.rationale) > len(d.rationale):  # the limit ended it early: at a sentence end
+            assert d.rationale_text.rstrip().endswith((".", "!", "?")) and d.rationale_text.strip()
+        cut_back += len(d.rationale) < cfg.rationale_tokens < len(f.rationale)
+        ran_on += len(d.rationale) > cfg.rationale_tokens
+        be.reset()  # plain decoding from the kept rationale: the cut tokens play no part
+        assert int(np.argmax(be.prefill(d.prompt + d.rationale + d.forced))) == d.answer[0]
+        be.reset()
+    assert cut_back >= 1 and ran_on >= 1
+
+
+def test_a_grounded_answer_ends_within_max_tokens_or_its_draft_is_dropped(index, drafter, verifier):
+    """The request's max_tokens bounds every draft's answer: a draft whose answer ends within it is
+    the same as with room to spare; one whose answer needs more is dropped whole, so no answer
+    (nor any draft shown as chosen) is ever cut mid-word."""
+    pipe = GroundedPipeline(drafter, verifier, CFG.with_(min_score=-1e9, min_relevance=0.0))  # 3 subsets
+    roomy = pipe.answer(NOTICE_Q, index, gen=GenerationConfig(max_tokens=64))
+    assert len(roomy.drafts) == 3 and not any(d.dropped for d in roomy.drafts)
+    full = {d.subset: d for d in roomy.drafts}
+    one = pipe.answer(NOTICE_Q, index, gen=GenerationConfig(max_tokens=1))  # each answer stops after 1 token
+    assert all(d.dropped == "its answer did not end within 1 token" for d in one.drafts)
+    assert one.text == "" and not one.supported and one.citations == []
+    assert one.stats.grounded.unsupported_reason == "no draft finished its answer within 1 token"
+    rationale = {d.subset: d.n_draft_tokens - 1 for d in one.drafts}
+    answer_tokens = {s: full[s].n_draft_tokens - rationale[s] for s in full}
+    limit = min(answer_tokens.values())
+    assert max(answer_tokens.values()) > limit  # so that some answers fit the limit and some do not
+    tight = pipe.answer(NOTICE_Q, index, gen=GenerationConfig(max_tokens=limit))
+    for d in tight.drafts:
+        if answer_tokens[d.subset] <= limit:  # it ended within the limit: the same draft
+            assert not d.dropped
+            assert (d.answer, d.rationale, d.n_draft_tokens) == (full[d.subset].answer, full[d.subset].rationale,
+                                                                 full[d.subset].n_draft_tokens)
+        else:  # it wrote `limit` answer tokens and had not ended: dropped, not cut into an answer
+            assert d.dropped == f"its answer did not end within {limit} tokens"
+            assert d.n_draft_tokens == rationale[d.subset] + limit and full[d.subset].answer.startswith(d.answer)
+    kept = [d for d in tight.drafts if not d.dropped]
+    assert tight.text in {draft_text(d) for d in kept}
 
 
 def test_extractive_drafts_copy_spans_and_keep_the_drafters_own_logprob(drafter):

@@ -20,6 +20,7 @@ from localrag.evidence import EvidenceAligner
 from localrag.modes import AnswerMode, GroundedMode, PlainMode, SpeedupMode
 from localrag.rag.records import DocumentInfo, Hit, IngestEvent, IngestReport
 from localrag.results import (
+    AnswerProgress,
     AnswerStats,
     Citation,
     GenerationStats,
@@ -41,6 +42,9 @@ class FakeBackend:
         raise NotImplementedError
 
     def seq_cp(self, src, dst, p0=-1, p1=-1):
+        raise NotImplementedError
+
+    def seq_rm(self, seq, p0, p1=-1):
         raise NotImplementedError
 
     def reset(self):
@@ -167,6 +171,8 @@ def _fake_stream(self: AnswerMode, answerer, request):
     FakeAnswering.last_request, FakeAnswering.last_answerer = request, answerer
     if FakeAnswering.fail is not None:
         raise FakeAnswering.fail
+    if self.id == "grounded":  # like the real Grounded mode: its progress before its text
+        yield from GROUNDED_PROGRESS
     written = []
     for i, p in enumerate(FakeAnswering.pieces):
         yield p
@@ -185,6 +191,10 @@ def _fake_stream(self: AnswerMode, answerer, request):
     evidence = EvidenceAligner().align(text, retrieved, question=request.question)
     yield checked_result(text, self.id, evidence, retrieved, _stats(self.id), 'searched "q" in collection "default"',
                          self.policy(request), drafts)
+
+
+GROUNDED_PROGRESS = (AnswerProgress("searching"), AnswerProgress("drafting", 0, 2), AnswerProgress("drafting", 1, 2),
+                     AnswerProgress("drafting", 2, 2), AnswerProgress("verifying"))
 
 
 class FakePlain(PlainMode):

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from localrag.models import ModelError
-from localrag.results import AnswerStats, GenerationStats, RasdStats
+from localrag.results import AnswerStats, GenerationStats, GroundedDraft, RasdStats
 from localrag.ui.handlers import (
     ChatController,
     DocsController,
@@ -16,7 +16,8 @@ from localrag.ui.handlers import (
     chat_label,
     history_choices,
 )
-from localrag.ui.render import accepted_per_step, stats_line
+from localrag.ui.history import Turn
+from localrag.ui.render import accepted_per_step, chat_messages, stats_line
 from localrag.ui.services import Settings
 from tests.ui.conftest import ZEPHYR_HIT, FakeEngine
 
@@ -295,6 +296,40 @@ def test_grounded_mode_shows_drafts_with_scores(make_services):
                               "draft log p -3.200 · consistency -4.100 · reflection -0.200 · from zephyr.md lines 3-4")
     assert "> *The text says Marta Ilves polished it.*" in content and "**#2 Quillfield** · score -3.400" in content
     assert drafts["metadata"]["status"] == "done"  # collapsed: shown on demand
+
+
+def test_the_pending_grounded_answer_shows_its_progress(make_services):
+    """Grounded's progress (searching, drafting k of m done, verifying) shows in the pending answer,
+    in order, before its text; the finished answer replaces it."""
+    s = make_services()
+    views = run(ChatController(s).respond(None, "q", Settings(mode="grounded")))
+    shown = [v.messages[1]["content"] for v in views]
+    progress = [c for c in shown if c.startswith("⏳")]
+    assert progress == ["⏳ Searching your documents…", "⏳ Drafting answers: 0 of 2 done…",
+                        "⏳ Drafting answers: 1 of 2 done…", "⏳ Drafting answers: 2 of 2 done…",
+                        "⏳ Verifying the drafts…"]
+    assert shown.index(progress[-1]) < min(i for i, c in enumerate(shown) if "Marta" in c)
+    assert words(shown[-1]) == "Marta Ilves polished it.[1]" and not views[-1].busy
+    assert all(v.busy for v in views if v.messages[1]["content"].startswith("⏳"))
+
+
+def test_a_dropped_draft_is_marked_and_never_the_chosen_one():
+    """A draft whose answer did not end within max_tokens shows what it wrote, cut and marked, and
+    is never marked as chosen, even with the best score."""
+    cut = GroundedDraft("Marta Ilves polished the", "", [], -1.0, -1.0, -0.1, -0.5,
+                        dropped="its answer did not end within 8 tokens")
+    whole = GroundedDraft("Quillfield", "", [], -2.9, -6.0, -2.3, -3.4)
+
+    def drafts_panel(drafts):
+        messages = chat_messages([Turn(question="q", answer="", mode="grounded", drafts=drafts)])
+        return next(m for m in messages if m.get("metadata", {}).get("title", "").startswith("🧪 Drafts"))
+
+    panel = drafts_panel([cut, whole])
+    assert panel["metadata"]["title"] == "🧪 Drafts (2) · chosen #2, score -3.400"
+    assert panel["content"].startswith("**#1 Marta Ilves polished the… ✂ dropped: its answer did not end within "
+                                       "8 tokens** · score -0.500")
+    assert "**#2 ✅ Quillfield**" in panel["content"]
+    assert drafts_panel([cut])["metadata"]["title"] == "🧪 Drafts (1) · none chosen"
 
 
 def test_unusable_draft_is_reported(make_services):
