@@ -49,7 +49,8 @@ The compost bins are emptied on the first day of each month.
 # The screenshot's question: one of the eight answerable questions tried on these two files (see the
 # README); the bundled model answers it correctly, from zephyr.md.
 SUPPORTED = "Where was the Zephyr telescope assembled?"
-# Not in the documents; the bundled model answers it anyway ("... is 2-3 grams per day").
+# Not in the documents; the bundled model answers it anyway with a made-up dose ("... is 100mg/day."
+# after the Zephyr question, whose key terms the follow-up search adds; "... 2-3 grams per day" alone).
 UNANSWERABLE = "What is the recommended dosage of ibuprofen for adults?"
 
 
@@ -230,7 +231,7 @@ def test_browser_end_to_end(app, tmp_path):
         flagged = bot.locator("span.lr-unsupported").last
         assert flagged.get_attribute("title").startswith("not found in your documents")
         assert flagged.evaluate("e => getComputedStyle(e).textDecorationStyle") == "dotted"
-        assert "grams" in flagged.inner_text() and flagged.inner_text().strip() in text
+        assert "ibuprofen" in flagged.inner_text() and flagged.inner_text().strip() in text
 
         # 2c. set to refuse (in a new chat, so the question has no history): the refusal replaces the
         # answer, which stays in a labelled, collapsed panel
