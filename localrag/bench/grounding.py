@@ -81,7 +81,7 @@ class GroundingRow:
     features: dict
     cited_spans: int
     cited_on_gold: int
-    align_s: float
+    align_s: float  # the answer layer's own check of the answer (this bench's alignment for older cached answers)
     answer_s: float
     cached: bool
     stop_reason: str  # why the answer's generation stopped ("repetition": the guard cut a loop)
@@ -307,7 +307,7 @@ def score_row(s: Setup, rec: GroundingRecord, answered: AnsweredQuestion, cached
     return GroundingRow(rec.qa.question, list(answers), answered.text, prediction, bool(answers), f1, contained,
                         answered.refused, evidence.score, evidence.support,
                         answered.refused or not evidence.supported, features_of(evidence), spans, on_gold,
-                        evidence.seconds, answered.seconds, cached, answered.stop_reason,
+                        answered.check_s or evidence.seconds, answered.seconds, cached, answered.stop_reason,
                         repeated_sentence(answered.text) is not None)
 
 

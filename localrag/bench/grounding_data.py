@@ -95,23 +95,25 @@ def load_records(suite: str | None, data: str | None, split: str, n: int | None,
 @dataclass
 class AnsweredQuestion:
     """One answer as the answer layer gave it: the text, the chunks it was given (retrieval order),
-    whether the model itself declined, the seconds the answer took and why its generation stopped."""
+    whether the model itself declined, the seconds the answer took (its check excluded), the seconds
+    the answer layer's own check took, and why its generation stopped."""
 
     text: str
     hits: list[Hit]
     refused: bool
     seconds: float
     stop_reason: str = ""  # GenerationStats.stop_reason ("repetition": the guard cut a loop); "" for Grounded
+    check_s: float = 0.0  # the answer layer's alignment of this answer (what a user waits for)
 
     def to_dict(self) -> dict:
         return {"text": self.text, "hits": [h.to_dict() for h in self.hits], "refused": self.refused,
-                "seconds": self.seconds, "stop_reason": self.stop_reason}
+                "seconds": self.seconds, "stop_reason": self.stop_reason, "check_s": self.check_s}
 
     @classmethod
     def from_dict(cls, d: dict) -> AnsweredQuestion:
         hits = [Hit(**{**{k: v for k, v in h.items() if k != "citation"}, "heading_path": tuple(h["heading_path"])})
                 for h in d["hits"]]
-        return cls(d["text"], hits, d["refused"], d["seconds"], d.get("stop_reason", ""))
+        return cls(d["text"], hits, d["refused"], d["seconds"], d.get("stop_reason", ""), d.get("check_s", 0.0))
 
 
 def answer_question(answerer: Answerer, question: str, mode: str, gen: GenerationConfig, k: int) -> AnsweredQuestion:
@@ -122,14 +124,15 @@ def answer_question(answerer: Answerer, question: str, mode: str, gen: Generatio
     answering = get_mode(mode)
     t0 = time.perf_counter()
     result = answering.answer(answerer, AnswerRequest(question, gen=gen, k=k))
-    seconds = time.perf_counter() - t0 - (result.evidence.seconds if result.evidence is not None else 0.0)
+    check_s = result.evidence.seconds if result.evidence is not None else 0.0
+    seconds = time.perf_counter() - t0 - check_s
     grounded = answering.id == "grounded"
     checked = set(result.evidence.cited + result.evidence.also_searched) if result.evidence is not None else set()
     hits = [h for h in answerer.retrieve(question, answerer.grounded_config.n if grounded else k).hits
             if h.chunk_id in checked]
     refused = is_refusal(short_answer(result.text)) or (grounded and not result.supported)
     stop_reason = result.stats.generation.stop_reason if result.stats.generation is not None else ""
-    return AnsweredQuestion(result.text.strip(), hits, refused, seconds, stop_reason)
+    return AnsweredQuestion(result.text.strip(), hits, refused, seconds, stop_reason, check_s)
 
 
 class AnswerCache:
