@@ -125,7 +125,11 @@ class Services:
     def model_status(self) -> str:
         if self.engine is None:
             return f"❌ No model loaded: {self.engine_error or 'unknown error'}. Pick a model and press Load."
-        return f"Model: **{self.engine.model_name}**"
+        line = f"Model: **{self.engine.model_name}**"
+        if not self.engine.backend.deterministic:  # GPU layers, llama.cpp's default kernels, transformers
+            line += (" · not bit-exact: the same question may get a different answer at the model's "
+                     "near-ties (batch-dependent kernels)")
+        return line
 
     def verifier(self) -> Engine:
         """The Grounded mode verifier (``GroundedConfig.verifier``), loaded on first use."""

@@ -37,6 +37,7 @@ class FakeBackend:
 
     n_batch = 512
     add_bos = True
+    deterministic = True
 
     def decode_batch(self, tokens, positions, seq_ids, outputs):
         raise NotImplementedError

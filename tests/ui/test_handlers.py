@@ -19,7 +19,7 @@ from localrag.ui.handlers import (
 from localrag.ui.history import Turn
 from localrag.ui.render import accepted_per_step, chat_messages, stats_line
 from localrag.ui.services import Settings
-from tests.ui.conftest import ZEPHYR_HIT, FakeEngine
+from tests.ui.conftest import ZEPHYR_HIT, FakeBackend, FakeEngine
 
 
 def run(gen):
@@ -107,6 +107,15 @@ def test_no_model_loaded_is_a_message(make_services):
     final = run(ChatController(s).respond(None, "q", Settings()))[-1]
     assert "not a GGUF file" in final.messages[1]["content"] and not final.busy
     assert "No model loaded" in s.model_status()
+
+
+def test_the_model_line_says_when_answers_are_not_bit_exact(make_services):
+    s = make_services(engine=FakeEngine())
+    assert s.model_status() == "Model: **fake-model**"
+    batch_dependent = FakeBackend()
+    batch_dependent.deterministic = False  # GPU layers, llama.cpp's default kernels, transformers
+    s = make_services(engine=FakeEngine(backend=batch_dependent))
+    assert "not bit-exact" in s.model_status() and "near-ties" in s.model_status()
 
 
 def test_answer_errors_become_messages(make_services, fake_answering):
