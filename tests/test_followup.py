@@ -27,19 +27,9 @@ from localrag.rag import DocumentIndex, IndexConfig
 from localrag.rag.followup import FollowupConfig, HistoryError, key_terms, parse_history, search_query
 from localrag.ui.handlers import ChatController
 from localrag.ui.services import Services, Settings
+from tests.sample_docs import GARDEN, ZEPHYR
 
 ROOT = Path(__file__).resolve().parents[1]
-ZEPHYR = """# Project Zephyr
-
-The Zephyr telescope was assembled in the town of Quillfield in 2019.
-Its primary mirror is 4.2 metres wide and was polished by Marta Ilves.
-The telescope observes the sky from the Quillfield ridge every clear night.
-"""
-GARDEN = """Notes on the community garden.
-
-The community garden grows tomatoes, beans and sunflowers.
-Watering happens every Tuesday and Saturday morning.
-"""
 FIRST = "Where does the Zephyr telescope observe the sky from?"
 FOLLOWUP = "How often does that happen?"
 HISTORY = ({"role": "user", "content": FIRST}, {"role": "assistant", "content": "From the Quillfield ridge."})

@@ -13,19 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.sample_docs import GARDEN, ZEPHYR
+
 ROOT = Path(__file__).resolve().parents[2]
 
-ZEPHYR = """# Project Zephyr
-
-The Zephyr telescope was assembled in the town of Quillfield in 2019.
-Its primary mirror is 4.2 metres wide and was polished by Marta Ilves.
-The telescope observes the sky from the Quillfield ridge every clear night.
-"""
-GARDEN = """Notes on the community garden.
-
-The community garden grows tomatoes, beans and sunflowers.
-Watering happens every Tuesday and Saturday morning.
-"""
 MODEL = "smollm2-135m-instruct"
 
 

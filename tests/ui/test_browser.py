@@ -26,6 +26,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.sample_docs import GARDEN as GARDEN_NOTES
+from tests.sample_docs import ZEPHYR
+
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,18 +37,7 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 SCREENSHOT = ROOT / "docs" / "screenshot.png"
 
-ZEPHYR = """# Project Zephyr
-
-The Zephyr telescope was assembled in the town of Quillfield in 2019.
-Its primary mirror is 4.2 metres wide and was polished by Marta Ilves.
-The telescope observes the sky from the Quillfield ridge every clear night.
-"""
-GARDEN = """Notes on the community garden.
-
-The community garden grows tomatoes, beans and sunflowers.
-Watering happens every Tuesday and Saturday morning.
-The compost bins are emptied on the first day of each month.
-"""
+GARDEN = GARDEN_NOTES + "The compost bins are emptied on the first day of each month.\n"
 # The screenshot's question: one of the eight answerable questions tried on these two files (see the
 # README); the bundled model answers it correctly, from zephyr.md.
 SUPPORTED = "Where was the Zephyr telescope assembled?"
