@@ -27,7 +27,7 @@ from localrag.rag import DocumentIndex, IndexConfig
 from localrag.rag.followup import FollowupConfig, HistoryError, key_terms, parse_history, search_query
 from localrag.ui.handlers import ChatController
 from localrag.ui.services import Services, Settings
-from tests.sample_docs import GARDEN, ZEPHYR
+from tests.sample_docs import write_sample_docs
 
 ROOT = Path(__file__).resolve().parents[1]
 FIRST = "Where does the Zephyr telescope observe the sky from?"
@@ -80,10 +80,7 @@ def test_a_malformed_history_is_one_clear_error(data, says):
 @pytest.fixture(scope="module")
 def docs_dir(tmp_path_factory) -> Path:
     tmp = tmp_path_factory.mktemp("followup")
-    src = tmp / "docs"
-    src.mkdir()
-    (src / "zephyr.md").write_text(ZEPHYR)
-    (src / "garden.txt").write_text(GARDEN)
+    src = write_sample_docs(tmp / "docs")
     index = DocumentIndex(IndexConfig(index_dir=tmp / "index", collection="docs"))
     assert index.ingest([src]).added == 2
     index.close()

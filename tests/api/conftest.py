@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.sample_docs import GARDEN, ZEPHYR
+from tests.sample_docs import write_sample_docs
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -80,10 +80,7 @@ def docs_index(tmp_path_factory) -> Path:
     from localrag.rag import DocumentIndex, IndexConfig
 
     tmp = tmp_path_factory.mktemp("api")
-    src = tmp / "docs"
-    src.mkdir()
-    (src / "zephyr.md").write_text(ZEPHYR)
-    (src / "garden.txt").write_text(GARDEN)
+    src = write_sample_docs(tmp / "docs")
     index = DocumentIndex(IndexConfig(index_dir=tmp / "index", collection="docs"))
     report = index.ingest([src])
     assert report.added == 2 and not report.failed
