@@ -206,7 +206,7 @@ class RasdConfig:
     draft_width: int = 4  # nodes expanded per draft forward
     draft_depth: int = 6  # draft tree rounds (batched forwards) per step, at most
     # grow a single greedy chain (incremental, cost-aware) instead of a tree; None = decide from the
-    # draft's measured cost curve (a chain when a 4-token forward costs over 1.6x one token)
+    # draft's measured cost curve (a chain where it is steep, see CostModel.steep)
     draft_chain: bool | None = None
     # cost-aware budget
     use_budget: bool = True  # False: always verify the pruned tree (tests, ablations)

@@ -35,7 +35,10 @@ Per suite it reports:
     identical contexts, over the suite (``verify_noise``: 0 when the backend is deterministic);
     the largest change of plain's top-2 margin is reported beside it;
   * the oracle bound (speedup if every drafted path were accepted, at the measured verify
-    costs) and the time split (retrieve / draft / verify / plain steps).
+    costs) and the time split (retrieve / draft / verify / plain steps);
+  * the copy bound (``copy_bound``): the most that any drafter copying from the documents, the
+    prompt and the answer so far (retrieval, n-gram lookup) could gain on plain's answers at the
+    measured T(k), median over prompts.
 
 Transformers backend: ``--backend hf`` loads the target through ``localrag.bench.speed_hf``
 (``load_target``) and adds its methods (``extra_methods``: hf-plain, hf-pld, hf-assisted), each
@@ -57,6 +60,7 @@ from llama_cpp import Llama
 from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
 from localrag.backends.base import Backend
+from localrag.bench.copy_bound import copy_bound
 from localrag.bench.peer import PeerUnavailable, peer_tools
 from localrag.bench.speed_data import SUITES, load_prompts_file, load_suite
 from localrag.bench.speed_peer import PEER_METHODS, CppPeers, is_peer_method
@@ -231,9 +235,10 @@ def _encode(engine, p: dict, max_new: int) -> tuple[str, list[int], GenerationCo
 
 def run_suite(
     engine, prompts: list[dict], methods: list[str], decoders: dict, pld, extra: dict, max_new: int,
-    repeats: int = 1, peers: CppPeers | None = None,
+    repeats: int = 1, peers: CppPeers | None = None, cost: CostModel | None = None,
 ) -> dict:
     """Every method on every prompt, `repeats` rounds interleaved; per method the median decode time.
+    With `cost`, plain's row also holds the copy bound of its output (``copy_bound``).
 
     Tokens and stats come from the first round. Every round's time and token count are kept
     (``decode_s_rounds``, ``n_tokens_rounds``) for per-round ratios: a speculative decoder's state
@@ -251,6 +256,8 @@ def run_suite(
             if rnd == 0:
                 rec["tokens"] = plain["tokens"]
                 plain_text = engine.backend.detokenize(plain["tokens"])
+                if cost is not None:
+                    plain["copy_bound"] = _copy_bound(engine, p, ids, plain["tokens"], cost)
             for m in methods:
                 if m == "plain" or (m == "pld" and pld is None) or (m == "plain-cached" and rnd > 0):
                     continue
@@ -297,6 +304,13 @@ def run_suite(
     return {"rows": rows, "noise": noise}
 
 
+def _copy_bound(engine, p: dict, ids: list[int], tokens: list[int], cost: CostModel) -> float:
+    """What any drafter copying from the prompt's documents, the prompt and the answer could gain
+    on plain's answer at this cost curve (paths up to its largest measured size)."""
+    docs = [engine.backend.tokenize(d, add_special=False, parse_special=False) for d in p.get("docs", [])]
+    return copy_bound([*docs, ids], tokens, cost, max_depth=int(cost.ks[-1]) - 1)
+
+
 def cmd_speed(args) -> int:
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     extra = _extra_methods(args)
@@ -334,7 +348,8 @@ def cmd_speed(args) -> int:
               "cost_curve_ms": cost.to_dict(), "skipped": skipped, "suites": {}}
     for suite in suites:
         prompts = load_prompts_file(suite, args.n) if args.prompts else load_suite(suite, args.n)
-        result = run_suite(engine, prompts, methods, decoders, pld, extra, args.max_new_tokens, args.repeats, peers)
+        result = run_suite(engine, prompts, methods, decoders, pld, extra, args.max_new_tokens, args.repeats, peers,
+                           cost)
         report["suites"][suite] = {"summary": summarise(result, methods), "rows": slim(result["rows"])}
     if args.json:
         print(json.dumps(report, indent=1, default=float))

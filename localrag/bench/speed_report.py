@@ -59,7 +59,7 @@ def summarise(result: dict, methods: list[str]) -> dict:
     out = {"noise_bound": result["noise"]}
     peers = [m for m in methods if is_peer_method(m) and m != "llama-bench"]
     for m in methods:
-        sp, tps, acc, orc, est, look, sp_hf = [], [], [], [], [], [], []
+        sp, tps, acc, orc, est, look, sp_hf, copy = [], [], [], [], [], [], [], []
         vs: dict[str, list[float]] = {p: [] for p in peers if p != m}
         same = compared = ties = 0
         hw = dhw = None
@@ -76,6 +76,8 @@ def summarise(result: dict, methods: list[str]) -> dict:
                     vs[p].extend(round_ratios(x, r[p], _n_key(m), "n"))
             if m == "plain":
                 sp.append(1.0), acc.append(1.0)
+                if "copy_bound" in x:
+                    copy.append(x["copy_bound"])
                 if x["identical_rounds"]:  # a later round to compare with
                     compared += 1
                     same += all(x["identical_rounds"])
@@ -129,6 +131,8 @@ def summarise(result: dict, methods: list[str]) -> dict:
             "hardware_limit_speedup": hw,
             "draft_limit_speedup": dhw,  # the same with every chain token written by the draft model
             "time_split_s": split if orc else None,
+            # plain only: the most any drafter copying text could gain here (bench.copy_bound), median
+            "copy_bound_median": statistics.median(copy) if copy else None,
         }
     return out
 
@@ -184,5 +188,8 @@ def print_report(report: dict) -> None:
             if m != "noise_bound" and r["vs_peer"]:
                 ratios = ", ".join(f"{p} {v:.2f}x" for p, v in r["vs_peer"].items())
                 print(f"  {m} tokens/s over {ratios}")
+        if s.get("plain", {}).get("copy_bound_median") is not None:
+            print(f"  copy bound: any drafter copying from the documents, prompt or answer: at most "
+                  f"{s['plain']['copy_bound_median']:.2f}x plain here (median over prompts, at this T(k))")
         if "llama-bench" in s:
             print(f"  plain C++ (llama-bench) over plain Python: {s['llama-bench']['median_speedup']:.2f}x")

@@ -113,6 +113,11 @@ class CostModel:
     def _refresh(self) -> None:
         self._table = np.interp(np.arange(int(self.ks[-1]) + 2), self.ks, self.sec).tolist()
 
+    def steep(self) -> bool:
+        """A 4-token forward costs over 1.6x a 1-token one: batching buys little (a small CPU), so
+        a tree's side branches are paid almost in full, and a chain is what can pay."""
+        return self(4) > 1.6 * self(1)
+
     def to_dict(self) -> dict:
         return {"k": self.ks.astype(int).tolist(), "ms": [round(float(s) * self.load * 1e3, 3) for s in self.sec]}
 
@@ -178,13 +183,28 @@ class CostModel:
         return model
 
 
+# Match-length classes of the calibrator's buckets: 0..3 tokens each their own, then 4-7, 8-15 and
+# 16+. Measured on the bundled models' document QA (the top retrieval chain against plain's output):
+# the first node is accepted 33% of the time after a 1-token match, 57% after 2, 72-87% after 4-7
+# and 89% after 8 or more, where on average 7 tokens in a row are.
+MATCH_CLASS_START = (0, 1, 2, 3, 4, 8, 16)  # the shortest match length of each class
+# What a bucket's raw confidence is worth, per match class, before any data: about the first-node
+# acceptance of a unique continuation measured there (document QA and chat, both bundled models).
+# Class 0 is a draft model's (no match): its probabilities are taken as they are.
+MATCH_CLASS_TRUST = (1.0, 0.3, 0.5, 0.65, 0.75, 0.85, 0.9)
+
+
+def match_class(match_len: int) -> int:
+    return bisect.bisect_right(MATCH_CLASS_START, match_len) - 1
+
+
 class Calibrator:
     """P(child accepted | parent accepted) per (source, bucket), Beta posterior means, pooled per source.
 
     A bucket is (source, confidence bucket, match length). Its prior is centred on the
     pooled posterior of its whole source (every bucket of the same scorer and origin,
     itself starting from the bucket's raw confidence: draft probability or retrieval
-    frequency, halved for one-token retrieval matches), with weight ``prior_weight``.
+    frequency, scaled by ``MATCH_CLASS_TRUST``), with weight ``prior_weight``.
     So a bucket seen for the first time starts from what its source has shown so far
     (a model that paraphrases rather than quotes makes every retrieval bucket start
     low), and its own data replaces that within a few steps. Nothing here depends on
@@ -195,8 +215,9 @@ class Calibrator:
     where they run optimistic for this model pair (correlated rejections, a model that drifts
     off the source text), speculation must promise proportionally more before it is tried
     (min_gain / realism). Per scorer because the two err apart: a near-copy draft runs
-    pessimistic while retrieval runs optimistic. Shared with the buckets, so a new answer
-    starts from what earlier answers showed.
+    pessimistic while retrieval runs optimistic. (Per scorer and match class was measured
+    worse: each class pays its own losing bets before it backs off.) Shared with the buckets,
+    so a new answer starts from what earlier answers showed.
     """
 
     EDGES = (0.02, 0.1, 0.25, 0.5, 0.75, 0.9)  # buckets of the raw confidence (draft p or frequency ratio)
@@ -213,19 +234,21 @@ class Calibrator:
     def realism_of(self, scorer: str) -> float:
         return self.realism.get(scorer, 1.0)
 
-    def observe_gain(self, realised: float, expected: float, scorer: str = "r") -> None:
+    def observe_gain(self, realised: float, expected: float, scorer: str) -> None:
         """One speculative step's realised and expected speedup over a plain step."""
         r = 0.8 * self.realism_of(scorer) + 0.2 * realised / expected
         self.realism[scorer] = min(max(r, 0.25), 1.5)
         self.n_gains += 1
 
     def key(self, source: str, confidence: float, match_len: int = 0) -> tuple:
+        """A node's bucket. match_len: the context suffix its prediction rests on (for a retrieval
+        node at depth d below a match of m tokens: m + d - 1, see ``phases.keys_for``)."""
         b = bisect.bisect_right(self.EDGES, confidence)
-        return (source, b, min(match_len, 4))
+        return (source, b, match_class(match_len))
 
     def mean(self, key: tuple) -> float:
         """Posterior mean of the bucket."""
-        raw = self.MIDS[key[1]] * (0.5 if key[2] == 1 else 1.0)
+        raw = self.MIDS[key[1]] * MATCH_CLASS_TRUST[key[2]]
         pa, pr = self.pooled.get(key[0], (0.0, 0.0))
         prior = (pa + self.weight * raw) / (pa + pr + self.weight)  # the source's posterior
         a, r = self.hits.get(key, (0.0, 0.0))

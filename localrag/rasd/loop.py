@@ -29,7 +29,7 @@ from localrag.backends.base import Backend
 from localrag.config import RasdConfig
 from localrag.generation import Decoder, Sampler
 from localrag.rasd.accept import accept
-from localrag.rasd.budget import Calibrator, CostModel, DraftBandit, plan
+from localrag.rasd.budget import MATCH_CLASS_START, Calibrator, CostModel, DraftBandit, match_class, plan
 from localrag.rasd.draft import DraftModel
 from localrag.rasd.phases import (
     Proposal,
@@ -45,6 +45,10 @@ from localrag.rasd.phases import (
 from localrag.rasd.retrieval import Datastore
 from localrag.rasd.tree import DRAFT, RETRIEVAL, TokenTree
 from localrag.results import RasdStats
+
+# While no retrieval tree could pay (``_may_pay``), every this many steps the lookup runs anyway,
+# unverified, so the calibrator keeps learning from what the model then writes (``_learn_unverified``)
+SHADOW_EVERY = 4
 
 
 @dataclass(frozen=True)
@@ -64,6 +68,8 @@ class Plan:
     keys: list[tuple]  # calibration bucket of every proposal node
     keep: list[int]  # proposal nodes to verify, root first; [] = a plain step
     gain: float | None  # expected tokens/s over plain; None when the budget is off
+    bet: bool = False  # the estimates chose it (its outcome moves realism); a calibration trial does not
+    probe: bool = False  # verified because a probe was due, not because the budget said it pays
 
 
 @dataclass
@@ -109,7 +115,10 @@ class RasdDecoder(Decoder):
         self.set_documents(documents)
         self.stats = RasdStats()
         self.copies: list[CopiedToken] = []  # this answer's accepted tokens copied from the documents
-        self._emitted = 0  # tokens this answer has emitted so far
+        self._answer: list[int] = []  # this answer's emitted tokens
+        # proposals plain steps did not verify, to learn from later: (tree, bucket keys, index of the
+        # answer token its depth-1 nodes predict)
+        self._unverified: list[tuple[TokenTree, list[tuple], int]] = []
         self._prefill_s = 0.0  # this decoder's share of the prompt prefill (see prefill)
         self._pays: tuple = (None, [])  # _may_pay's cache: (stamp, pays per match-length class)
         self._limit = 1 << 30  # tokens the answer can still take (Generation's set_limit)
@@ -133,7 +142,7 @@ class RasdDecoder(Decoder):
     def _draft_model(self, draft: Backend) -> DraftModel:
         """The draft's tree policy from its own cost curve and the target's.
 
-        Chain or tree: a chain when the draft's 4-token forward costs over 1.6x one token (batching
+        Chain or tree: a chain when the draft's cost curve is steep (CostModel.steep: batching
         buys little, so a tree's extra nodes are paid almost in full). A chain node pays for itself
         when its expected acceptance a(v) saves more target time than it costs:
         a(v) * T_target(1) >= T_draft(1) + dT_target/dk, so the chain stops below that probability.
@@ -143,7 +152,7 @@ class RasdDecoder(Decoder):
             return DraftModel(draft, cfg, chain=bool(cfg.draft_chain))
         dcost = CostModel.load_or_measure(draft, 8)
         self._draft_t1 = dcost(1)
-        chain = dcost(4) > 1.6 * dcost(1) if cfg.draft_chain is None else cfg.draft_chain
+        chain = dcost.steep() if cfg.draft_chain is None else cfg.draft_chain
         slope = (self.cost(9) - self.cost(1)) / 8  # target verify cost per extra node
         min_p = (dcost(1) + slope) / self.cost(1) if cfg.use_budget else 0.0
         return DraftModel(draft, cfg, chain=chain, min_path_prob=min(min_p, 0.9))
@@ -176,7 +185,7 @@ class RasdDecoder(Decoder):
             raise ValueError("this RASD decoder was built for another backend")
         self._start_answer()
         tok = sampler.pick(logits)
-        self._emitted = 1
+        self._answer = [tok]
         yield [tok]
         try:
             while True:
@@ -188,14 +197,18 @@ class RasdDecoder(Decoder):
                     # ONE target forward over the tree; acceptance is lossless (accept.py): greedy
                     # follows the target's argmax child, sampling accepts child c with probability
                     # p_res(c) and emits the residual's sample where every child was rejected
-                    step = self._tree_step(prop, plan_, sampler, force)
+                    step = self._tree_step(prop, plan_, sampler)
                 else:  # speculation does not pay now: one plain forward
                     step = self._plain_step(tok, sampler)
+                    if len(prop.tree) > 1:  # learn from the proposal once the model has written on
+                        self._unverified.append((prop.tree, plan_.keys, len(self._answer)))
                 self._after_step(step, prop, plan_, time.perf_counter() - t_start)
                 tok = step.tokens[-1]  # the bonus token: the next step's root
-                self._emitted += len(step.tokens)
+                self._answer.extend(step.tokens)
+                self._learn_unverified()
                 yield step.tokens
         finally:
+            self._learn_unverified(final=True)
             self._finish_stats()
 
     # --- propose: retrieval trie, draft tree, prune, fuse ---------------------------
@@ -209,7 +222,8 @@ class RasdDecoder(Decoder):
         """The candidate tree below `root`: retrieval trie, draft tree, RASD prune + fuse. Returns it
         with its plan when one was already made (retrieval alone beat the draft), else None."""
         t0 = time.perf_counter()
-        rtree, mlen = self._retrieve(ctx, root, use_draft or force)
+        shadow = self.config.use_budget and self.stats.steps % SHADOW_EVERY == 0
+        rtree, mlen = self._retrieve(ctx, root, use_draft or force or shadow)
         probe = use_draft and self._draft_arm.probe_due()
         alone = self._retrieval_alone(rtree, mlen) if use_draft and not probe else None
         dt = time.perf_counter() - t0
@@ -285,37 +299,51 @@ class RasdDecoder(Decoder):
     def _may_pay(self, match_len: int) -> bool:
         """Could any retrieval tree for a match this long beat plain? (skip building it if not).
 
-        Upper bound: a chain whose every node has the best calibrated acceptance of any bucket.
-        Cached per match-length class until the calibrator learns something or 32 steps pass
+        Upper bound: a chain whose node d has the best calibrated acceptance of any bucket of its
+        match class (a match of match_len + d - 1 tokens, see ``phases.keys_for``).
+        Cached per match-length class until the calibrator learns 64 more trials or 32 steps pass
         (the cost curve drifts slowly), so a run of plain steps costs no lookups at all."""
         if not self.config.use_budget:
             return True
         cal = self.calibrator
-        stamp = (cal.n_updates, cal.n_gains, self.stats.steps // 32)
+        stamp = (cal.n_updates // 64, cal.n_gains, self.stats.steps // 32)
         if self._pays[0] != stamp:
-            realism = cal.realism_of("r")
-            pays = []
-            for length in range(5):  # match lengths 0..3 and >= 4 (the calibrator's classes)
-                p = max(cal.p(cal.key(f"r{RETRIEVAL}", c, length)) for c in cal.MIDS)
-                chain = [p**d for d in range(1, self.config.max_depth + 1)]
-                pays.append(plan(chain, self.cost, 0.0, self.config.min_gain / realism)[0] > 0)
+            best = [max(cal.p(cal.key(f"r{RETRIEVAL}", c, length)) for c in cal.MIDS) for length in MATCH_CLASS_START]
+            need, pays = self.config.min_gain / cal.realism_of("r"), []
+            for length in MATCH_CLASS_START:  # one per match class, at its shortest length
+                chain, a = [], 1.0
+                for d in range(1, self.config.max_depth + 1):  # node d continues a (length + d - 1) match
+                    a *= best[match_class(length + d - 1)]
+                    chain.append(a)
+                pays.append(plan(chain, self.cost, 0.0, need)[0] > 0)
             self._pays = (stamp, pays)
         pays = self._pays[1]
-        return pays[min(match_len, 4)] if match_len else any(pays[1:])
+        return pays[match_class(match_len)] if match_len else any(pays[1:])
 
     def _plan(self, prop: Proposal, force: bool) -> Plan:
         """Calibration keys, the nodes to verify and the expected gain.
 
         Bets must clear min_gain after the correction for how this scorer's estimates have
-        fared lately (realism); paths are capped at what the answer can still take."""
+        fared lately (realism); paths are capped at what the answer can still take.
+
+        A due probe (`force`) verifies the estimates' own best bet without that correction, so
+        realism, which only bets can move, cannot lock speculation out for good; where no bet
+        clears min_gain even so, a draft tree's single best node is verified (a calibration trial;
+        retrieval nodes need none: unverified proposals are learned from, ``_learn_unverified``)."""
         cfg = self.config
         keys = keys_for(prop, self.calibrator)
         acc = estimate(prop, keys, self.calibrator)
         need = cfg.min_gain / self.calibrator.realism_of(prop.scorer)
         depth = self._depth()
         capped = cfg if depth == cfg.max_depth else replace(cfg, max_depth=depth)
-        keep, gain = choose(prop, acc, capped, self.cost, 0.0, force, self.max_nodes, need)
-        return Plan(keys, keep, gain)
+        keep, gain = choose(prop, acc, capped, self.cost, 0.0, False, self.max_nodes, need)
+        if keep or not force:
+            return Plan(keys, keep, gain, bet=bool(keep))
+        keep, gain = choose(prop, acc, capped, self.cost, 0.0, False, self.max_nodes, cfg.min_gain)
+        if keep or not prop.draft_scored:
+            return Plan(keys, keep, gain, bet=bool(keep), probe=bool(keep))
+        keep, gain = choose(prop, acc, capped, self.cost, 0.0, True, self.max_nodes, cfg.min_gain)
+        return Plan(keys, keep, gain, probe=True)
 
     def _retrieval_alone(self, rtree: TokenTree, match_len: int) -> tuple[Proposal, Plan] | None:
         """The retrieval-only proposal and its plan, if it promises more tokens/s than the draft's
@@ -329,18 +357,18 @@ class RasdDecoder(Decoder):
         prop = Proposal(*prune_retrieval(rtree, self.config), draft_scored=False, match_len=match_len)
         plan_ = self._plan(prop, False)
         # a plan made with force=False that verifies nodes is what force=True would make
-        rate = (plan_.gain or 0.0) * self.calibrator.realism_of("r") / self.cost(1)
+        rate = (plan_.gain or 0.0) * self.calibrator.realism_of(prop.scorer) / self.cost(1)
         return (prop, plan_) if plan_.keep and rate >= self._draft_arm.rate["draft"] else None
 
     # --- verify, accept, commit ------------------------------------------------------------
-    def _tree_step(self, prop: Proposal, plan_: Plan, sampler: Sampler, forced: bool) -> Step:
+    def _tree_step(self, prop: Proposal, plan_: Plan, sampler: Sampler) -> Step:
         vt = prop.tree.select(plan_.keep)
         t0 = time.perf_counter()
         path, bonus = self.verify_tree(vt, sampler)
         seconds = time.perf_counter() - t0
         self._learn(vt, sorted(plan_.keep), plan_.keys, path)
         self._record_copies(vt, path)
-        return Step([vt.tokens[i] for i in path[1:]] + [bonus], seconds, tree=vt, forced=forced)
+        return Step([vt.tokens[i] for i in path[1:]] + [bonus], seconds, tree=vt, forced=plan_.probe)
 
     def _record_copies(self, vt: TokenTree, path: list[int]) -> None:
         """The accepted nodes copied from the documents (their origin in the corpus): provenance."""
@@ -348,7 +376,7 @@ class RasdDecoder(Decoder):
         for j, node in enumerate(path[1:]):
             if origins[node] >= 0:
                 doc, offset = self.datastore.locate(origins[node])
-                self.copies.append(CopiedToken(self._emitted + j, doc, offset))
+                self.copies.append(CopiedToken(len(self._answer) + j, doc, offset))
 
     def _plain_step(self, root: int, sampler: Sampler) -> Step:
         t0 = time.perf_counter()
@@ -380,6 +408,26 @@ class RasdDecoder(Decoder):
             if vt.parents[i] in on_path:
                 self.calibrator.update(keys[old[i]], i in on_path)
 
+    def _learn_unverified(self, final: bool = False) -> None:
+        """Calibrate on proposals a plain step did not verify, once the answer holds the tokens
+        they predicted (at the answer's end: those it holds). Greedy, a node would have been
+        accepted iff it equals the model's token there; sampling, the token the model sampled
+        equals a retrieval node's with the probability that verification accepts it (p_target).
+        So every lookup teaches the budget, speculated on or not, and a model that stops copying
+        (or starts) is seen without betting on it."""
+        answer, pending = self._answer, []
+        for tree, keys, start in self._unverified:
+            if not final and len(answer) < start + tree.max_depth():
+                pending.append((tree, keys, start))
+                continue
+            matched = [True] + [False] * (len(tree) - 1)
+            for v in range(1, len(tree)):  # parents come before children
+                at = start + tree.depths[v] - 1  # the answer token node v predicts
+                if matched[tree.parents[v]] and at < len(answer):
+                    matched[v] = tree.tokens[v] == answer[at]
+                    self.calibrator.update(keys[v], matched[v])
+        self._unverified = pending
+
     # --- after a step: cost, probe schedule, realism, draft bandit, stats ------------------
     def _after_step(self, step: Step, prop: Proposal, plan_: Plan, seconds: float) -> None:
         """Everything learned from one step. `seconds` is the whole step, proposing included."""
@@ -401,7 +449,7 @@ class RasdDecoder(Decoder):
             self._schedule_probe(step)
         self._busy_s += seconds
         steady = seconds - prop.catchup_s  # what this step costs with the draft kept in sync
-        if size and plan_.gain is not None and plan_.gain > 0:
+        if size and plan_.bet and plan_.gain is not None:
             # realised gain over plain (tokens in this step's time at T(1) each) against the
             # expected gain with the drafting time the step paid (the plan took it as sunk)
             t_tree = self.cost(size + 1)
@@ -431,7 +479,7 @@ class RasdDecoder(Decoder):
     def _start_answer(self) -> None:
         """Fresh per-answer stats (a new object: results of earlier answers keep theirs)."""
         self.stats = RasdStats(time_prefill_s=self._prefill_s)
-        self.copies, self._emitted = [], 0
+        self.copies, self._answer, self._unverified = [], [], []
         self._prefill_s = 0.0
         self._oracle_tokens, self._oracle_cost_s, self._gain_sum, self._busy_s = 0, 0.0, 0.0, 0.0
         self._plain_forward_s, self._tree_forward_s = [], []

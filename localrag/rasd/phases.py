@@ -100,11 +100,17 @@ def draft_cond(tree: TokenTree) -> list[float]:
 def keys_for(prop: Proposal, cal: Calibrator) -> list[tuple]:
     """Calibration bucket of every node: (scorer, sources, confidence bucket, match length)."""
     t = prop.tree
-    ml = 0 if prop.draft_scored else prop.match_len
     grafted = prop.graft_from or len(t)
-    keys = [cal.key(f"{prop.scorer}{t.sources[v]}", prop.cond[v], ml) for v in range(grafted)]
+    if prop.draft_scored:
+        keys = [cal.key(f"d{t.sources[v]}", prop.cond[v]) for v in range(grafted)]
+    else:
+        # given its parent was accepted, a node at depth d below an m-token match continues an
+        # (m + d - 1)-token match: deeper nodes of a long copy are accepted more often, not less
+        keys = [cal.key(f"r{t.sources[v]}", prop.cond[v], prop.match_len + t.depths[v] - 1) for v in range(grafted)]
     # grafted continuations are scored by frequency, like a retrieval-only tree's nodes
-    keys += [cal.key(f"r{RETRIEVAL}", prop.cond[v], prop.graft_match_len) for v in range(grafted, len(t))]
+    top = min((t.depths[v] for v in range(grafted, len(t))), default=0)  # depth of the graft's first nodes
+    keys += [cal.key(f"r{RETRIEVAL}", prop.cond[v], prop.graft_match_len + t.depths[v] - top)
+             for v in range(grafted, len(t))]
     return keys
 
 

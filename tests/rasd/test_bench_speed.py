@@ -106,3 +106,5 @@ def test_bench_speed_runs_on_a_prompts_file(tmp_path):
     assert summ["rasd"]["n"] == 1 and summ["noise_bound"]["max_abs_logit_diff"] == 0.0
     for m in ("plain-cached", "retrieval", "rasd"):
         assert summ[m]["identical"] == summ[m]["compared"] == 1, m
+    # "Repeat: <doc>" copies the document: the copy bound sees room to gain (a linear T(k) would not)
+    assert summ["plain"]["copy_bound_median"] > 1.0

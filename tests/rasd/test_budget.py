@@ -22,7 +22,7 @@ def test_plan_goes_wide_when_verification_is_cheap():
 
 def test_calibrator_learns():
     cal = Calibrator()
-    key = cal.key("r2", 0.6, 3)
+    key = cal.key("d1", 0.6)
     assert cal.mean(key) == 0.625  # prior: the bucket's own confidence
     assert 0.3 < cal.p(key) < 0.4  # planned with a lower bound while data are few
     for _ in range(20):
@@ -31,7 +31,10 @@ def test_calibrator_learns():
     for _ in range(200):
         cal.update(key, True)
     assert abs(cal.p(key) - cal.mean(key)) < 0.05 and cal.mean(key) > 0.85  # the bound tightens with data
-    assert cal.key("r2", 0.95, 9) == ("r2", 6, 4)
+    assert cal.key("r2", 0.95, 9) == ("r2", 6, 5)  # match class 5: 8-15 tokens
+    # a retrieval bucket's prior trusts its confidence by its match class: a 1-token match's
+    # only continuation is no sure thing, a 16-token match's nearly is
+    assert cal.mean(cal.key("r2", 0.95, 1)) < 0.3 < 0.85 < cal.mean(cal.key("r2", 0.95, 16))
 
 
 def test_calibrator_new_bucket_starts_from_its_source():
@@ -74,10 +77,10 @@ def test_realism_tracks_realised_over_expected_gain_within_bounds():
     cal = Calibrator()
     assert cal.realism_of("r") == 1.0
     for _ in range(30):  # steps that deliver a quarter of what they promised
-        cal.observe_gain(0.5, 2.0)
+        cal.observe_gain(0.5, 2.0, "r")
     assert cal.realism_of("r") == pytest.approx(0.25, abs=0.01) and cal.n_gains == 30
     for _ in range(30):  # estimates that turn out pessimistic raise it, up to the cap
-        cal.observe_gain(4.0, 1.0)
+        cal.observe_gain(4.0, 1.0, "r")
     assert cal.realism_of("r") == pytest.approx(1.5)
     cal.observe_gain(0.5, 1.0, "d")  # each scorer has its own: draft estimates err apart from retrieval's
     assert cal.realism_of("d") == pytest.approx(0.9) and cal.realism_of("r") == pytest.approx(1.5)
@@ -148,4 +151,6 @@ def test_sibling_estimates_are_exclusive():
     p = cal.p(keys[1])
     assert p > 0.8
     assert sum(a[k] for k in kids) == pytest.approx(1.0)  # 3 x p would be 2.5 expected tokens
-    assert a[grandkid] == pytest.approx(a[kids[0]] * p)  # an only child keeps its conditional
+    # an only child keeps its conditional, that of a node continuing a 3-token match (2 + its depth - 1)
+    assert keys[grandkid][2] == 3
+    assert a[grandkid] == pytest.approx(a[kids[0]] * cal.p(keys[grandkid]))

@@ -80,13 +80,14 @@ def test_greedy_rasd_equals_plain(smollm2_engine, use_budget):
         assert dec.stats.mean_accepted >= 1.0
 
 
-def test_probe_schedule_outlives_an_answer(smollm2_engine):
+def test_probe_schedule_outlives_an_answer(smollm2_engine, smollm2_draft):
     """Where speculation never pays on its own (verify cost k x one token), only forced probes
     verify, each doubling the wait before the next; the next answer continues that schedule
-    instead of paying its first probes again."""
+    instead of paying its first probes again. (A draft model's probes: with retrieval alone, see
+    the next test.)"""
     engine = smollm2_engine
-    config = RasdConfig(calibrate=False, probe_every=2)
-    dec = RasdDecoder(engine.backend, config, cost=CostModel.linear(0.01, 0.01))
+    config = RasdConfig(calibrate=False, probe_every=2, use_retrieval=False, draft_chain=True)
+    dec = RasdDecoder(engine.backend, config, draft=smollm2_draft, cost=CostModel.linear(0.01, 0.01))
     cfg = GenerationConfig(max_tokens=32, stop=engine.prompt.stop)
     ids = _chat_ids(engine, "Write a short poem about the sea and the sea wind.")
     run_generation(engine, ids, cfg, dec)
@@ -95,6 +96,23 @@ def test_probe_schedule_outlives_an_answer(smollm2_engine):
     assert dec._probe_wait == min(config.probe_every * 2**first, 8 * config.probe_every)
     run_generation(engine, ids, cfg, dec)
     assert dec.stats.probe_steps < first
+
+
+def test_retrieval_learns_from_proposals_it_never_verifies(smollm2_engine):
+    """Retrieval alone where no tree can pay (verify cost k x one token): nothing is verified, not
+    even a probe, yet every lookup is scored against what the model then wrote. Copying a
+    document, the buckets of long matches learn that they are accepted; the tokens match plain's."""
+    engine = smollm2_engine
+    dec = RasdDecoder(engine.backend, RasdConfig(calibrate=False, probe_every=2), cost=CostModel.linear(0.01, 0.01))
+    cfg = GenerationConfig(max_tokens=40, stop=engine.prompt.stop)
+    ids = _chat_ids(engine, PROMPTS[1][0])  # "Repeat this passage exactly"
+    rec = _plain(engine, ids, cfg)
+    assert run_generation(engine, ids, cfg, dec)["tokens"] == rec["tokens"]
+    assert dec.stats.spec_steps == 0 and dec.stats.plain_steps == dec.stats.steps
+    cal = dec.calibrator
+    long_matches = {k: v for k, v in cal.hits.items() if k[2] >= 5}  # 8+ token matches
+    accepted, rejected = map(sum, zip(*long_matches.values(), strict=True))
+    assert accepted >= 20 and accepted > 3 * rejected, cal.hits
 
 
 def test_target_as_draft_accepts_every_drafted_token(smollm2_engine, smollm2_draft):
