@@ -75,6 +75,13 @@ def test_rasd_writes_plain_text_with_its_speed_stats(server):
     assert speed["speedup_vs_plain"] > 0 and speed["tokens_per_s"] > 0
 
 
+def test_messages_over_the_context_are_refused_before_generating(server):
+    too_long = [{"role": "user", "content": "word " * 5000}]  # ~5000 tokens; the context holds 4096
+    with pytest.raises(openai.BadRequestError) as caught:
+        client(server).chat.completions.create(model=MODEL, messages=too_long, max_tokens=4, stream=True)
+    assert caught.value.body["code"] == "context_length_exceeded" and "4096" in caught.value.body["message"]
+
+
 def test_a_grounded_answer_carries_its_citations(server):
     c = client(server)
     question = [{"role": "user", "content": "Where was the Zephyr telescope assembled?"}]
