@@ -6,6 +6,8 @@ UI-free. The CLI, the Gradio app and the benchmarks all talk to this:
     gen = engine.complete("The capital of France is", GenerationConfig(max_tokens=16))
     for piece in gen: print(piece, end="")
     gen = engine.chat([{"role": "user", "content": "Hi!"}], GenerationConfig())
+    ids = engine.chat_tokens([{"role": "user", "content": "Hi!"}])   # the same, its length known first
+    gen = engine.reply(ids, GenerationConfig())
 """
 
 from __future__ import annotations
@@ -54,9 +56,22 @@ class Engine:
         decoder: Decoder | None = None,
     ) -> Generation:
         """Reply to a conversation using the model's chat template (or a transcript)."""
-        text = self.prompt.render(messages)
+        return self.reply(self.chat_tokens(messages), config, decoder)
+
+    def chat_tokens(self, messages: list[Message]) -> list[int]:
+        """A conversation laid out with the chat template (or a transcript) and tokenized."""
+        return self.encode_prompt(self.prompt.render(messages))
+
+    def reply(
+        self,
+        prompt_tokens: list[int],
+        config: GenerationConfig,
+        decoder: Decoder | None = None,
+    ) -> Generation:
+        """Reply to a conversation already laid out and tokenized by ``chat_tokens`` (for a caller
+        that needs the prompt's length first: rendering the template takes ~1.5 ms)."""
         config = config.with_(stop=tuple(config.stop) + self.prompt.stop)
-        return Generation(self.backend, self.encode_prompt(text), decoder or PlainDecoder(), config)
+        return Generation(self.backend, prompt_tokens, decoder or PlainDecoder(), config)
 
     def close(self) -> None:
         self.backend.close()

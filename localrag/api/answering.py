@@ -146,16 +146,16 @@ def _chat(services: Services, req: ChatRequest, mode: AnswerMode, ticket: Ticket
     """Plain chat on the client's messages; Speedup speculates from the conversation itself."""
     engine = services.engine
     msgs = [dict(m) for m in req.messages]
-    n_prompt = len(engine.encode_prompt(engine.prompt.render(msgs)))
-    room = engine.backend.n_ctx - n_prompt - CONTEXT_MARGIN
+    prompt = engine.chat_tokens(msgs)  # laid out once: its length bounds the answer, then it is prefilled
+    room = engine.backend.n_ctx - len(prompt) - CONTEXT_MARGIN
     if room < 1:
-        raise ApiError(400, f"the messages are {n_prompt} tokens; the model's context holds "
+        raise ApiError(400, f"the messages are {len(prompt)} tokens; the model's context holds "
                             f"{engine.backend.n_ctx}", code="context_length_exceeded", param="messages")
     decoder = None
     if mode.id == "rasd":
         answerer, _ = services.answerer(Settings(mode="rasd"))
         decoder = answerer.rasd_decoder([m["content"] for m in msgs])
-    generation = engine.chat(msgs, req.gen.with_(max_tokens=min(req.gen.max_tokens, room)), decoder=decoder)
+    generation = engine.reply(prompt, req.gen.with_(max_tokens=min(req.gen.max_tokens, room)), decoder=decoder)
     text = yield from _stream(iter(generation), ticket)
     if ticket.cancelled:
         generation.stats.stop_reason = "cancelled"

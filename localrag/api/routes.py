@@ -1,11 +1,13 @@
 """The OpenAI-compatible routes: ``GET /v1/models``, ``POST /v1/chat/completions`` (streamed as
 server-sent events or not), ``POST /v1/embeddings``.
 
-Generation runs on a worker thread in the request's turn of the shared ``GenerationQueue`` and
-hands its pieces to the event loop; the route waits for the first of them before it answers, so
-an error found in the turn (a model that fails to load, a prompt over the context) is still an
-HTTP error, not a broken stream. A client that disconnects cancels its request, waiting or
-running; a full line is refused at once with 429.
+A request joins the shared ``GenerationQueue`` at once (a full line is refused with 429), then a
+worker thread checks it and, in its turn, generates, handing its pieces to the event loop. The
+route waits for the first of them before it answers, so an error found before the first piece (an
+unknown model or collection, a model that fails to load, a prompt over the context) is still an
+HTTP error, not a broken stream. The pieces that arrived while the loop was busy go out together,
+as one server-sent event, in one write. A client that disconnects cancels its request, waiting or
+running.
 """
 
 from __future__ import annotations
@@ -34,7 +36,6 @@ from localrag.api.responses import (
     sse,
 )
 from localrag.api.schemas import MAX_BODY_BYTES, ChatRequest, parse_chat, parse_embeddings, read_json
-from localrag.modes import AnswerMode
 from localrag.serving import QueueFull, Ticket
 from localrag.ui.services import DEFAULT_COLLECTION, Services
 
@@ -61,11 +62,11 @@ Event = Piece | Failed | Finished
 
 
 class AnswerThread:
-    """Runs one request in its turn on a worker thread; its events arrive on an asyncio queue."""
+    """Checks one request, then answers it in its turn, on a worker thread; its events arrive on an
+    asyncio queue: pieces, then one ``Finished`` or ``Failed``."""
 
-    def __init__(self, services: Services, req: ChatRequest, mode: AnswerMode, ticket: Ticket,
-                 loop: asyncio.AbstractEventLoop) -> None:
-        self.services, self.req, self.mode, self.ticket, self.loop = services, req, mode, ticket, loop
+    def __init__(self, services: Services, req: ChatRequest, ticket: Ticket, loop: asyncio.AbstractEventLoop) -> None:
+        self.services, self.req, self.ticket, self.loop = services, req, ticket, loop
         self.events: asyncio.Queue[Event] = asyncio.Queue()
         self.thread = threading.Thread(target=self._run, name="localrag-api-answer", daemon=True)
 
@@ -79,10 +80,11 @@ class AnswerThread:
     def _run(self) -> None:
         queue = self.services.queue
         try:
+            mode = check_request(self.services, self.req)  # before the turn: a bad request waits for nothing
             if not queue.wait_turn(self.ticket):
                 self._emit(Failed(ApiError(499, "the client went away", code="cancelled")))
                 return
-            for item in answer_chat(self.services, self.req, self.mode, self.ticket):
+            for item in answer_chat(self.services, self.req, mode, self.ticket):
                 self._emit(Finished(item) if isinstance(item, ApiAnswer) else Piece(item))
         except ApiError as exc:
             self._emit(Failed(exc))
@@ -91,14 +93,35 @@ class AnswerThread:
         finally:
             queue.release(self.ticket)
 
-    async def next_event(self, request: Request) -> Event:
-        """The next event; cancels the request if the client disconnects meanwhile."""
-        while True:
+    async def next_events(self, request: Request) -> Batch:
+        """The events that have arrived, after waiting for the first; cancels the request if the
+        client disconnects meanwhile."""
+        first = None
+        while first is None:
             try:
-                return await asyncio.wait_for(self.events.get(), DISCONNECT_POLL_S)
+                async with asyncio.timeout(DISCONNECT_POLL_S):  # no task per wait, unlike wait_for
+                    first = await self.events.get()
             except TimeoutError:
                 if await request.is_disconnected():
                     self.ticket.cancel.set()
+        events = [first]
+        while not self.events.empty():
+            events.append(self.events.get_nowait())
+        return Batch.of(events)
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Events taken from the queue together: the text of their pieces, and the event that ended
+    the answer among them (None while it goes on)."""
+
+    text: str
+    end: Failed | Finished | None
+
+    @classmethod
+    def of(cls, events: list[Event]) -> Batch:
+        end = events[-1] if not isinstance(events[-1], Piece) else None  # the thread's last event
+        return cls("".join(e.text for e in events if isinstance(e, Piece)), end)
 
 
 def build_router(services: Services) -> APIRouter:
@@ -112,51 +135,42 @@ def build_router(services: Services) -> APIRouter:
     @router.post("/chat/completions")
     async def chat_completions(request: Request):
         req = parse_chat(read_json(await read_body(request)))
-        mode = await run_in_threadpool(check_request, services, req)
         try:
             ticket = services.queue.submit(owner=f"api-{id(request)}")
         except QueueFull as exc:
             raise ApiError(429, f"{exc}; retry later", code="queue_full") from None
-        answer = AnswerThread(services, req, mode, ticket, asyncio.get_running_loop()).start()
+        answer = AnswerThread(services, req, ticket, asyncio.get_running_loop()).start()
         try:
-            first = await answer.next_event(request)
+            first = await answer.next_events(request)
         except BaseException:
             ticket.cancel.set()
             raise
-        if isinstance(first, Failed):
-            raise first.error
+        if isinstance(first.end, Failed) and not first.text:
+            raise first.end.error
         cid, created = completion_id(), int(time.time())
         if req.stream:
             return StreamingResponse(stream_events(answer, first, request, cid, created),
                                      media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-        event, text = first, []
+        batch = first
         try:
-            while isinstance(event, Piece):
-                text.append(event.text)
-                event = await answer.next_event(request)
+            while batch.end is None:
+                batch = await answer.next_events(request)
         finally:
-            if not isinstance(event, Finished | Failed):
+            if batch.end is None:
                 ticket.cancel.set()
-        if isinstance(event, Failed):
-            raise event.error
-        return JSONResponse(completion_body(cid, created, req.model, event.answer))
+        if isinstance(batch.end, Failed):
+            raise batch.end.error
+        return JSONResponse(completion_body(cid, created, req.model, batch.end.answer))
 
-    async def stream_events(answer: AnswerThread, first: Event, request: Request, cid: str,
+    async def stream_events(answer: AnswerThread, first: Batch, request: Request, cid: str,
                             created: int) -> AsyncIterator[bytes]:
-        model = answer.req.model
-        event, done = first, False
+        batch, done = first, False
         try:
-            yield sse(chunk(cid, created, model, {"role": "assistant", "content": ""}))
-            while isinstance(event, Piece):
-                yield sse(chunk(cid, created, model, {"content": event.text}))
-                event = await answer.next_event(request)
-            if isinstance(event, Failed):  # after the first piece, an error can only end the stream
-                yield sse(event.error.body())
-            else:
-                for c in final_chunks(cid, created, model, event.answer, answer.req.include_usage):
-                    yield sse(c)
-            yield sse("[DONE]")
+            yield stream_bytes(cid, created, answer.req, batch, opening=True)
+            while batch.end is None:
+                batch = await answer.next_events(request)
+                yield stream_bytes(cid, created, answer.req, batch)
             done = True
         finally:
             if not done:  # the client went away mid-stream: stop generating for it
@@ -173,6 +187,21 @@ def build_router(services: Services) -> APIRouter:
         return JSONResponse(embeddings_body(name, vectors, n_tokens, req.encoding_format))
 
     return router
+
+
+def stream_bytes(cid: str, created: int, req: ChatRequest, batch: Batch, opening: bool = False) -> bytes:
+    """One write of a streamed answer: the role chunk first (``opening``), the batch's text as one
+    chunk, and with the answer's end the closing chunks (or the error) and [DONE]."""
+    events = [chunk(cid, created, req.model, {"role": "assistant", "content": ""})] if opening else []
+    if batch.text:
+        events.append(chunk(cid, created, req.model, {"content": batch.text}))
+    if isinstance(batch.end, Failed):  # after the first piece, an error can only end the stream
+        events.append(batch.end.error.body())
+    elif batch.end is not None:
+        events += final_chunks(cid, created, req.model, batch.end.answer, req.include_usage)
+    if batch.end is not None:
+        events.append("[DONE]")
+    return b"".join(sse(e) for e in events)
 
 
 async def read_body(request: Request) -> bytes:

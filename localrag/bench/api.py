@@ -11,7 +11,12 @@ prompts x rounds, and whether the texts were identical.
     python -m localrag bench api [--model NAME|PATH] [--rounds 5] [--max-new-tokens 64] [--url URL] [--json]
 
 Times: TTFT from the call to the first text piece (for the API: from sending the request);
-decode tokens/s = (tokens - 1) / (last piece - first piece), the same clock on both sides.
+decode tokens/s = (tokens - 1) / (last piece - first piece), the same clock on both sides. Every
+timed call starts on a settled machine (``SETTLE_S``): llama.cpp's OpenMP worker spins on for
+~10 ms after a generation, so without the pause each API request (which nearly always follows an
+in-process run) shared the cores with this process's spinning worker (measured on 2 cores: 7-9 ms
+of its CPU inside every API call, none after the pause), while the server's worker, whose thread
+had ended, left the in-process calls alone.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ PROMPTS = (
     "List ten tips for growing tomatoes in a small garden.",
     "Describe a walk through a busy market on a rainy morning.",
 )
+SETTLE_S = 0.05  # before every timed call: past the OpenMP spin after the last one
 
 
 @dataclass
@@ -60,6 +66,7 @@ def add_bench_cli(sub) -> None:
 
 
 def in_process(engine: Engine, prompt: str, gen: GenerationConfig) -> Timing:
+    time.sleep(SETTLE_S)
     if not engine.backend.deterministic:  # the cache as the API leaves it (localrag.api.answering):
         engine.backend.truncate(0)  # a deterministic backend keeps the reused prompt prefix, others start empty
     t0 = time.perf_counter()
@@ -78,6 +85,7 @@ def through_api(client: httpx.Client, model: str, prompt: str, gen: GenerationCo
     pieces: list[str] = []
     first = last = None
     n = 0
+    time.sleep(SETTLE_S)
     t0 = time.perf_counter()
     with client.stream("POST", "/v1/chat/completions", json=body) as response:
         response.raise_for_status()

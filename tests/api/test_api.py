@@ -73,6 +73,17 @@ def test_rasd_writes_plain_text_with_its_speed_stats(server):
     speed = extra(rasd.usage, "speedup")
     assert speed["mode"] == "rasd" and speed["steps"] > 0 and speed["accepted_tokens_per_step"] >= 1.0
     assert speed["speedup_vs_plain"] > 0 and speed["tokens_per_s"] > 0
+    # streamed, the several pieces of one accepted path often reach the socket as one event
+    chunks = c.chat.completions.create(model=MODEL, messages=messages, max_tokens=32, temperature=0, stream=True,
+                                       extra_body={"mode": "rasd"})
+    assert "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices) == plain.choices[0].message.content
+
+
+def test_messages_over_the_context_are_refused_before_generating(server):
+    too_long = [{"role": "user", "content": "word " * 5000}]  # ~5000 tokens; the context holds 4096
+    with pytest.raises(openai.BadRequestError) as caught:
+        client(server).chat.completions.create(model=MODEL, messages=too_long, max_tokens=4, stream=True)
+    assert caught.value.body["code"] == "context_length_exceeded" and "4096" in caught.value.body["message"]
 
 
 def test_a_grounded_answer_carries_its_citations(server):
