@@ -195,7 +195,8 @@ MATCH_CLASS_TRUST = (1.0, 0.3, 0.5, 0.65, 0.75, 0.85, 0.9)
 
 
 def match_class(match_len: int) -> int:
-    return bisect.bisect_right(MATCH_CLASS_START, match_len) - 1
+    """The class of a match length (0 and below: class 0, no match)."""
+    return max(0, bisect.bisect_right(MATCH_CLASS_START, match_len) - 1)
 
 
 class Calibrator:

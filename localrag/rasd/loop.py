@@ -79,7 +79,7 @@ class Step:
     tokens: list[int]  # accepted path + the bonus token (a plain step: the one next token)
     seconds: float  # the forward pass (verification or plain decode), timed
     tree: TokenTree | None = None  # the verified tree (None: a plain step)
-    forced: bool = False  # a probe the budget did not choose
+    forced: bool = False  # verified because a probe was due (Plan.probe), not because the bet cleared realism
 
 
 class RasdDecoder(Decoder):
@@ -302,7 +302,8 @@ class RasdDecoder(Decoder):
         Upper bound: a chain whose node d has the best calibrated acceptance of any bucket of its
         match class (a match of match_len + d - 1 tokens, see ``phases.keys_for``).
         Cached per match-length class until the calibrator learns 64 more trials or 32 steps pass
-        (the cost curve drifts slowly), so a run of plain steps costs no lookups at all."""
+        (the cost curve drifts slowly), so a run of plain steps costs a lookup only every
+        ``SHADOW_EVERY`` steps (to learn from, ``_learn_unverified``)."""
         if not self.config.use_budget:
             return True
         cal = self.calibrator
@@ -339,7 +340,8 @@ class RasdDecoder(Decoder):
         keep, gain = choose(prop, acc, capped, self.cost, 0.0, False, self.max_nodes, need)
         if keep or not force:
             return Plan(keys, keep, gain, bet=bool(keep))
-        keep, gain = choose(prop, acc, capped, self.cost, 0.0, False, self.max_nodes, cfg.min_gain)
+        if need > cfg.min_gain:  # realism held the bet back: the probe makes it without that correction
+            keep, gain = choose(prop, acc, capped, self.cost, 0.0, False, self.max_nodes, cfg.min_gain)
         if keep or not prop.draft_scored:
             return Plan(keys, keep, gain, bet=bool(keep), probe=bool(keep))
         keep, gain = choose(prop, acc, capped, self.cost, 0.0, True, self.max_nodes, cfg.min_gain)

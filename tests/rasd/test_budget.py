@@ -32,6 +32,7 @@ def test_calibrator_learns():
         cal.update(key, True)
     assert abs(cal.p(key) - cal.mean(key)) < 0.05 and cal.mean(key) > 0.85  # the bound tightens with data
     assert cal.key("r2", 0.95, 9) == ("r2", 6, 5)  # match class 5: 8-15 tokens
+    assert cal.key("r2", 0.95, -1)[2] == 0  # a retrieval tree's root (depth 0 below no match): no match
     # a retrieval bucket's prior trusts its confidence by its match class: a 1-token match's
     # only continuation is no sure thing, a 16-token match's nearly is
     assert cal.mean(cal.key("r2", 0.95, 1)) < 0.3 < 0.85 < cal.mean(cal.key("r2", 0.95, 16))
