@@ -1,5 +1,5 @@
 """GenerationQueue with real threads: order, bound, per-request cancel, positions, measured wait;
-GenerationThread: one thread, jobs in order, results and errors handed back."""
+GenerationThread: one thread, jobs in order, results and errors handed back, iterators stepped there."""
 
 from __future__ import annotations
 
@@ -195,3 +195,26 @@ def test_generation_thread_hands_back_results_and_errors_and_outlives_a_failing_
         generation.call(lambda: 1 / 0)
     generation.submit(lambda: 1 / 0)  # nobody waits for this one: logged, and the thread goes on
     assert generation.call(threading.get_ident) == generation.call(threading.get_ident) != threading.get_ident()
+
+
+def test_generation_thread_steps_an_iterator_on_its_thread_and_closes_it_there():
+    generation = GenerationThread()
+    where: list[int] = []
+    closed_on: list[int] = []
+
+    def numbers():
+        try:
+            for i in range(5):
+                where.append(threading.get_ident())
+                yield i
+        finally:
+            closed_on.append(threading.get_ident())
+
+    assert list(generation.steps(numbers())) == [0, 1, 2, 3, 4]
+    thread = generation.call(threading.get_ident)
+    assert set(where) == {thread} and closed_on == [thread] != [threading.get_ident()]
+    stepped = generation.steps(numbers())
+    assert next(stepped) == 0
+    stepped.close()  # the consumer stops early: the generator is closed on the generation thread
+    assert closed_on == [thread, thread]
+    assert generation.call(lambda: generation.call(lambda: 7)) == 7  # a job calling in runs inline

@@ -21,7 +21,6 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from localrag.api.errors import ApiError, install_error_handlers
 from localrag.api.mcp_tools import build_mcp
 from localrag.api.routes import build_router
-from localrag.serving import GenerationThread
 from localrag.ui.services import Services
 
 PROTECTED = ("/v1", "/mcp")  # the API and MCP routes; the key guards every call to them
@@ -54,8 +53,7 @@ def _protected(path: str) -> bool:
 
 def create_app(services: Services, host: str = "127.0.0.1", api_key: str | None = None) -> FastAPI:
     """The API (``/v1``) and the MCP tools (``/mcp``) over ``services``."""
-    generation = GenerationThread(name="localrag-api-generation")  # every API and MCP answer is computed there
-    mcp = build_mcp(services, generation)
+    mcp = build_mcp(services)
     # stateless: every MCP call stands alone (no session to leak); JSON answers instead of SSE
     mcp_http = mcp.streamable_http_app(streamable_http_path="/mcp", stateless_http=True, json_response=True,
                                        host=host)
@@ -67,7 +65,7 @@ def create_app(services: Services, host: str = "127.0.0.1", api_key: str | None 
 
     app = FastAPI(title="localrag", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     install_error_handlers(app)
-    app.include_router(build_router(services, generation))
+    app.include_router(build_router(services))
     app.router.routes.extend(mcp_http.routes)  # the /mcp route (its session manager runs in our lifespan)
     app.add_middleware(ApiKeyMiddleware, api_key=api_key)
     return app

@@ -5,7 +5,7 @@ over streamable HTTP at ``/mcp`` by the official ``mcp`` package, in the API's p
                                  "headers": {"Authorization": "Bearer <key>"}}}}
 
 ``ask_documents`` takes its turn in the shared generation queue like any other request, and is
-computed on the API's generation thread; a full line is a tool error saying so.
+computed on the shared generation thread; a full line is a tool error saying so.
 """
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ from localrag.api.answering import ApiAnswer, answer_chat, check_request
 from localrag.api.errors import ApiError
 from localrag.api.responses import usage_block
 from localrag.api.schemas import parse_chat
-from localrag.serving import GenerationThread, QueueFull
+from localrag.serving import QueueFull
 from localrag.ui.services import DEFAULT_COLLECTION, Services
 
 MAX_K = 20
 
 
-def build_mcp(services: Services, generation: GenerationThread) -> MCPServer:
+def build_mcp(services: Services) -> MCPServer:
     server = MCPServer(name="localrag", log_level="WARNING", instructions=(
         "Search and ask the user's own documents, indexed locally by localrag. search_documents "
         "returns matching passages with their source; ask_documents answers a question from them "
@@ -64,7 +64,7 @@ def build_mcp(services: Services, generation: GenerationThread) -> MCPServer:
         try:
             if not services.queue.wait_turn(ticket):
                 raise ToolError("cancelled")
-            answer = generation.call(
+            answer = services.generation.call(
                 lambda: next(item for item in answer_chat(services, req, chosen, ticket) if isinstance(item, ApiAnswer)))
         except ApiError as exc:
             raise ToolError(exc.message) from None

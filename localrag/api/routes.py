@@ -2,14 +2,14 @@
 server-sent events or not), ``POST /v1/embeddings``.
 
 A request joins the shared ``GenerationQueue`` at once (a full line is refused with 429). It is
-checked and answered on the server's one ``GenerationThread``: straight away when nothing is ahead
-of it in line; otherwise it is checked at once and waits for its turn on a thread of its own, which
-computes nothing, then moves there. The pieces it writes reach the event loop through an asyncio
-queue; the route waits for the first of them before it answers, so an error found before the first
-piece (an unknown model or collection, a model that fails to load, a prompt over the context) is
-still an HTTP error, not a broken stream. The pieces that arrived while the loop was busy go out
-together, as one server-sent event, in one write. A client that disconnects cancels its request,
-waiting or running.
+checked and answered on the process's one ``GenerationThread`` (``Services.generation``):
+straight away when nothing is ahead of it in line; otherwise it is checked at once and waits for
+its turn on a thread of its own, which computes nothing, then moves there. The pieces it writes
+reach the event loop through an asyncio queue; the route waits for the first of them before it
+answers, so an error found before the first piece (an unknown model or collection, a model that
+fails to load, a prompt over the context) is still an HTTP error, not a broken stream. The pieces
+that arrived while the loop was busy go out together, as one server-sent event, in one write. A
+client that disconnects cancels its request, waiting or running.
 """
 
 from __future__ import annotations
@@ -163,7 +163,7 @@ class Batch:
         return cls("".join(e.text for e in events if isinstance(e, Piece)), end)
 
 
-def build_router(services: Services, generation: GenerationThread) -> APIRouter:
+def build_router(services: Services) -> APIRouter:
     router = APIRouter(prefix="/v1")
 
     @router.get("/models")
@@ -178,7 +178,7 @@ def build_router(services: Services, generation: GenerationThread) -> APIRouter:
             ticket = services.queue.submit(owner=f"api-{id(request)}")
         except QueueFull as exc:
             raise ApiError(429, f"{exc}; retry later", code="queue_full") from None
-        answer = Answer(services, req, ticket, asyncio.get_running_loop()).start(generation)
+        answer = Answer(services, req, ticket, asyncio.get_running_loop()).start(services.generation)
         try:
             first = await answer.next_events(request)
         except BaseException:
