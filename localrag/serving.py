@@ -22,17 +22,25 @@ they take turns. ``GenerationQueue`` is that line:
         queue.release(ticket)
 
 Tickets, not threads, hold the turn: a streaming generator resumed on another worker thread
-(Gradio does that) still releases its own turn. No project imports: any layer may use it.
+(Gradio does that) still releases its own turn. ``GenerationThread`` is the one thread a server
+computes its answers on (see there why one). No project imports: any layer may use it.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
+from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from queue import SimpleQueue
+from typing import TypeVar
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 DEFAULT_MAX_WAITING = 8
 
@@ -172,6 +180,74 @@ class GenerationQueue:
             if not t.cancelled:
                 return t
         return None
+
+
+class GenerationThread:
+    """One long-lived thread that runs jobs one after another: where a process computes its answers.
+
+    llama.cpp computes with OpenMP, whose team of worker threads belongs to the thread that calls
+    it and lives as long as that thread. A thread per answer started a thread, and later a team,
+    before every prefill (measured in the API server on 2 cores: 0.2-4 ms from the request to its
+    thread's first line, ~0.15 ms for a thread already waiting). Several long-lived computing
+    threads are worse: once libgomp manages more threads than there are cores it stops spinning
+    at its barriers, for every team (measured on 2 cores: one idle extra team took decoding from
+    6.7 to 9.4-11.7 ms per token; a generation stepped on a pool's threads while the main thread's
+    team lived on ran at 58-76 instead of 140-156 tokens/s). Hence one thread for the UI, the API
+    and the MCP tools of a process.
+
+        generation = GenerationThread()
+        generation.submit(job)             # job() runs on the thread, after the jobs before it
+        result = generation.call(fn)       # the same, waiting for fn's result (or its exception)
+        for item in generation.steps(it): ...   # an iterator advanced on the thread, item by item
+
+    The thread starts with the first job. A job reports its own errors; one that raises is logged
+    and the thread goes on.
+    """
+
+    def __init__(self, name: str = "localrag-generation") -> None:
+        self.name = name
+        self._jobs: SimpleQueue[Callable[[], None]] = SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._start_lock = threading.Lock()
+
+    def submit(self, job: Callable[[], None]) -> None:
+        with self._start_lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._serve, name=self.name, daemon=True)
+                self._thread.start()
+        self._jobs.put(job)
+
+    def call(self, fn: Callable[[], T]) -> T:
+        if threading.current_thread() is self._thread:  # a job calling in: waiting for itself would never end
+            return fn()
+        future: Future[T] = Future()
+
+        def job() -> None:
+            try:
+                future.set_result(fn())
+            except BaseException as exc:  # handed to the caller, which raises it
+                future.set_exception(exc)
+
+        self.submit(job)
+        return future.result()
+
+    def steps(self, items: Generator[T, None, None]) -> Iterator[T]:
+        """``items``, each one computed on the thread (for a generator a server steps from
+        whichever worker thread it likes, as Gradio does); closing this closes ``items`` there."""
+        sentinel = object()
+        try:
+            while (item := self.call(lambda: next(items, sentinel))) is not sentinel:
+                yield item
+        finally:
+            self.call(items.close)
+
+    def _serve(self) -> None:
+        while True:
+            job = self._jobs.get()
+            try:
+                job()
+            except Exception:
+                log.exception("a generation job failed")
 
 
 def ordinal(n: int) -> str:

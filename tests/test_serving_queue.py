@@ -1,4 +1,5 @@
-"""GenerationQueue with real threads: order, bound, per-request cancel, positions, measured wait."""
+"""GenerationQueue with real threads: order, bound, per-request cancel, positions, measured wait;
+GenerationThread: one thread, jobs in order, results and errors handed back, iterators stepped there."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import time
 
 import pytest
 
-from localrag.serving import Cancelled, GenerationQueue, QueueFull, ordinal
+from localrag.serving import Cancelled, GenerationQueue, GenerationThread, QueueFull, ordinal
 
 
 def run_in_thread(fn):
@@ -173,3 +174,47 @@ def test_release_from_another_thread():
 def test_ordinals():
     assert [ordinal(n) for n in (1, 2, 3, 4, 11, 12, 13, 21, 22, 102, 111)] == [
         "1st", "2nd", "3rd", "4th", "11th", "12th", "13th", "21st", "22nd", "102nd", "111th"]
+
+
+def test_generation_thread_runs_every_job_on_one_thread_in_order():
+    generation = GenerationThread()
+    ran: list[tuple[int, int]] = []
+    done = threading.Event()
+    for i in range(20):
+        generation.submit(lambda i=i: ran.append((i, threading.get_ident())))
+    generation.submit(done.set)
+    assert done.wait(10)
+    assert [i for i, _ in ran] == list(range(20))
+    assert len({ident for _, ident in ran}) == 1 and ran[0][1] != threading.get_ident()
+
+
+def test_generation_thread_hands_back_results_and_errors_and_outlives_a_failing_job():
+    generation = GenerationThread()
+    assert generation.call(lambda: 6 * 7) == 42
+    with pytest.raises(ZeroDivisionError):
+        generation.call(lambda: 1 / 0)
+    generation.submit(lambda: 1 / 0)  # nobody waits for this one: logged, and the thread goes on
+    assert generation.call(threading.get_ident) == generation.call(threading.get_ident) != threading.get_ident()
+
+
+def test_generation_thread_steps_an_iterator_on_its_thread_and_closes_it_there():
+    generation = GenerationThread()
+    where: list[int] = []
+    closed_on: list[int] = []
+
+    def numbers():
+        try:
+            for i in range(5):
+                where.append(threading.get_ident())
+                yield i
+        finally:
+            closed_on.append(threading.get_ident())
+
+    assert list(generation.steps(numbers())) == [0, 1, 2, 3, 4]
+    thread = generation.call(threading.get_ident)
+    assert set(where) == {thread} and closed_on == [thread] != [threading.get_ident()]
+    stepped = generation.steps(numbers())
+    assert next(stepped) == 0
+    stepped.close()  # the consumer stops early: the generator is closed on the generation thread
+    assert closed_on == [thread, thread]
+    assert generation.call(lambda: generation.call(lambda: 7)) == 7  # a job calling in runs inline

@@ -4,8 +4,8 @@ over streamable HTTP at ``/mcp`` by the official ``mcp`` package, in the API's p
     {"mcpServers": {"localrag": {"url": "http://127.0.0.1:7860/mcp",
                                  "headers": {"Authorization": "Bearer <key>"}}}}
 
-``ask_documents`` takes its turn in the shared generation queue like any other request; a full
-line is a tool error saying so.
+``ask_documents`` takes its turn in the shared generation queue like any other request, and is
+computed on the shared generation thread; a full line is a tool error saying so.
 """
 
 from __future__ import annotations
@@ -64,7 +64,8 @@ def build_mcp(services: Services) -> MCPServer:
         try:
             if not services.queue.wait_turn(ticket):
                 raise ToolError("cancelled")
-            answer = next(item for item in answer_chat(services, req, chosen, ticket) if isinstance(item, ApiAnswer))
+            answer = services.generation.call(
+                lambda: next(item for item in answer_chat(services, req, chosen, ticket) if isinstance(item, ApiAnswer)))
         except ApiError as exc:
             raise ToolError(exc.message) from None
         finally:

@@ -1,13 +1,15 @@
 """The OpenAI-compatible routes: ``GET /v1/models``, ``POST /v1/chat/completions`` (streamed as
 server-sent events or not), ``POST /v1/embeddings``.
 
-A request joins the shared ``GenerationQueue`` at once (a full line is refused with 429), then a
-worker thread checks it and, in its turn, generates, handing its pieces to the event loop. The
-route waits for the first of them before it answers, so an error found before the first piece (an
-unknown model or collection, a model that fails to load, a prompt over the context) is still an
-HTTP error, not a broken stream. The pieces that arrived while the loop was busy go out together,
-as one server-sent event, in one write. A client that disconnects cancels its request, waiting or
-running.
+A request joins the shared ``GenerationQueue`` at once (a full line is refused with 429). It is
+checked and answered on the process's one ``GenerationThread`` (``Services.generation``):
+straight away when nothing is ahead of it in line; otherwise it is checked at once and waits for
+its turn on a thread of its own, which computes nothing, then moves there. The pieces it writes
+reach the event loop through an asyncio queue; the route waits for the first of them before it
+answers, so an error found before the first piece (an unknown model or collection, a model that
+fails to load, a prompt over the context) is still an HTTP error, not a broken stream. The pieces
+that arrived while the loop was busy go out together, as one server-sent event, in one write. A
+client that disconnects cancels its request, waiting or running.
 """
 
 from __future__ import annotations
@@ -36,10 +38,16 @@ from localrag.api.responses import (
     sse,
 )
 from localrag.api.schemas import MAX_BODY_BYTES, ChatRequest, parse_chat, parse_embeddings, read_json
-from localrag.serving import QueueFull, Ticket
+from localrag.modes import AnswerMode
+from localrag.serving import GenerationThread, QueueFull, Ticket
 from localrag.ui.services import DEFAULT_COLLECTION, Services
 
 DISCONNECT_POLL_S = 0.25
+# A streamed answer's first piece is written before the model computes on: decoding takes every
+# core (llama.cpp runs a thread per core), and the event loop, woken for the first piece, then
+# waited for one (measured on 2 cores: 2.7-3.5 ms in 2 answers of 12, 0.1 ms otherwise). The
+# wait costs the second token ~0.7 ms; it ends after this long whatever happens.
+FIRST_WRITE_WAIT_S = 0.05
 BUNDLED_EMBEDDER = "all-MiniLM-L6-v2"  # the bundled sentence-transformers model (localrag.rag)
 
 
@@ -61,37 +69,63 @@ class Finished:
 Event = Piece | Failed | Finished
 
 
-class AnswerThread:
-    """Checks one request, then answers it in its turn, on a worker thread; its events arrive on an
-    asyncio queue: pieces, then one ``Finished`` or ``Failed``."""
+class Answer:
+    """One request, checked and answered in its turn on the generation thread; its events arrive
+    on an asyncio queue: pieces, then one ``Finished`` or ``Failed``."""
 
     def __init__(self, services: Services, req: ChatRequest, ticket: Ticket, loop: asyncio.AbstractEventLoop) -> None:
         self.services, self.req, self.ticket, self.loop = services, req, ticket, loop
         self.events: asyncio.Queue[Event] = asyncio.Queue()
-        self.thread = threading.Thread(target=self._run, name="localrag-api-answer", daemon=True)
+        self.first_written = threading.Event()  # set once the first write of a stream has gone out
 
-    def start(self) -> AnswerThread:
-        self.thread.start()
+    def start(self, generation: GenerationThread) -> Answer:
+        if self.services.queue.wait_turn(self.ticket, timeout=0):  # nothing ahead: its turn has begun
+            generation.submit(self._check_and_generate)
+        else:
+            threading.Thread(target=self._check_and_wait, args=(generation,), name="localrag-api-waiting",
+                             daemon=True).start()
         return self
 
     def _emit(self, event: Event) -> None:
         self.loop.call_soon_threadsafe(self.events.put_nowait, event)
 
-    def _run(self) -> None:
-        queue = self.services.queue
+    def _check_and_generate(self) -> None:
+        mode = self._checked()
+        if mode is not None:
+            self._generate(mode)
+
+    def _check_and_wait(self, generation: GenerationThread) -> None:
+        mode = self._checked()  # before the turn: a bad request waits for nothing
+        if mode is None:
+            return
+        if not self.services.queue.wait_turn(self.ticket):
+            self._fail(ApiError(499, "the client went away", code="cancelled"))
+            return
+        generation.submit(lambda: self._generate(mode))
+
+    def _checked(self) -> AnswerMode | None:
+        """The request's mode; None once the client has been told why it cannot be answered."""
         try:
-            mode = check_request(self.services, self.req)  # before the turn: a bad request waits for nothing
-            if not queue.wait_turn(self.ticket):
-                self._emit(Failed(ApiError(499, "the client went away", code="cancelled")))
-                return
+            return check_request(self.services, self.req)
+        except Exception as exc:
+            self._fail(exc)
+            return None
+
+    def _generate(self, mode: AnswerMode) -> None:
+        """In the ticket's turn, on the generation thread."""
+        try:
             for item in answer_chat(self.services, self.req, mode, self.ticket):
                 self._emit(Finished(item) if isinstance(item, ApiAnswer) else Piece(item))
-        except ApiError as exc:
-            self._emit(Failed(exc))
-        except Exception as exc:  # the client gets one line; never a traceback
-            self._emit(Failed(ApiError(500, f"{type(exc).__name__}: {exc}", code="generation_failed")))
+                if self.req.stream and not self.first_written.is_set():
+                    self.first_written.wait(FIRST_WRITE_WAIT_S)  # see FIRST_WRITE_WAIT_S
+        except Exception as exc:
+            self._emit(Failed(api_error(exc)))
         finally:
-            queue.release(self.ticket)
+            self.services.queue.release(self.ticket)
+
+    def _fail(self, exc: Exception) -> None:
+        self._emit(Failed(api_error(exc)))
+        self.services.queue.release(self.ticket)
 
     async def next_events(self, request: Request) -> Batch:
         """The events that have arrived, after waiting for the first; cancels the request if the
@@ -108,6 +142,11 @@ class AnswerThread:
         while not self.events.empty():
             events.append(self.events.get_nowait())
         return Batch.of(events)
+
+
+def api_error(exc: Exception) -> ApiError:
+    """The error the client gets: an ApiError as it is, anything else as one line, never a traceback."""
+    return exc if isinstance(exc, ApiError) else ApiError(500, f"{type(exc).__name__}: {exc}", code="generation_failed")
 
 
 @dataclass(frozen=True)
@@ -139,7 +178,7 @@ def build_router(services: Services) -> APIRouter:
             ticket = services.queue.submit(owner=f"api-{id(request)}")
         except QueueFull as exc:
             raise ApiError(429, f"{exc}; retry later", code="queue_full") from None
-        answer = AnswerThread(services, req, ticket, asyncio.get_running_loop()).start()
+        answer = Answer(services, req, ticket, asyncio.get_running_loop()).start(services.generation)
         try:
             first = await answer.next_events(request)
         except BaseException:
@@ -163,16 +202,18 @@ def build_router(services: Services) -> APIRouter:
             raise batch.end.error
         return JSONResponse(completion_body(cid, created, req.model, batch.end.answer))
 
-    async def stream_events(answer: AnswerThread, first: Batch, request: Request, cid: str,
+    async def stream_events(answer: Answer, first: Batch, request: Request, cid: str,
                             created: int) -> AsyncIterator[bytes]:
         batch, done = first, False
         try:
             yield stream_bytes(cid, created, answer.req, batch, opening=True)
+            answer.first_written.set()
             while batch.end is None:
                 batch = await answer.next_events(request)
                 yield stream_bytes(cid, created, answer.req, batch)
             done = True
         finally:
+            answer.first_written.set()
             if not done:  # the client went away mid-stream: stop generating for it
                 answer.ticket.cancel.set()
 

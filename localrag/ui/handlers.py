@@ -157,7 +157,7 @@ class ChatController:
         request = AnswerRequest(turn.question, tuple(llm_history(previous)), settings.generation(),
                                 k=int(settings.k), collection=settings.collection, cancel=ticket.cancel,
                                 on_unsupported=settings.unsupported_policy())
-        for item in self.s.modes[settings.mode].stream(answerer, request):
+        for item in self.s.generation.steps(self.s.modes[settings.mode].stream(answerer, request)):
             if isinstance(item, AnswerResult):
                 item.stats.waited_s = ticket.waited_s
                 turn.take(item)

@@ -29,7 +29,7 @@ from localrag.rag.config import IndexConfig
 from localrag.rag.index import DocumentIndex
 from localrag.rag.watch import FolderState, FolderWatcher
 from localrag.rasd import load_draft
-from localrag.serving import GenerationQueue, QueueFull
+from localrag.serving import GenerationQueue, GenerationThread, QueueFull
 from localrag.ui.history import ChatStore
 
 NO_DRAFT = "(none: retrieval only)"
@@ -61,7 +61,8 @@ class Settings:
 
 class Services:
     """Long-lived state shared by every browser tab and API request. Generation and model swaps
-    take turns in ``queue`` (``localrag.serving.GenerationQueue``).
+    take turns in ``queue`` (``localrag.serving.GenerationQueue``); answers are computed on
+    ``generation`` (``localrag.serving.GenerationThread``: one thread, so one OpenMP team).
 
     The factories replace the real model, index and draft loading (tests use fakes); ``modes``
     replaces the mode registry."""
@@ -79,6 +80,8 @@ class Services:
         # one generation / model swap at a time, for every tab and API request; tickets, not threads,
         # hold the turn (streaming generators may be resumed on another worker thread)
         self.queue = GenerationQueue(max_waiting=config.max_waiting)
+        # ... and every answer is computed on this one thread, whichever front end asked for it
+        self.generation = GenerationThread()
         self.history = ChatStore(Path(config.data_dir) / "history.sqlite")
         self.uploads_dir = Path(config.data_dir) / "uploads"
         self._index_factory = index_factory or self._real_index

@@ -291,6 +291,20 @@ def test_a_client_that_goes_away_cancels_its_answer(server):
     assert time.perf_counter() - t0 < 60
 
 
+def test_a_bad_request_behind_a_running_answer_is_refused_at_once(server):
+    c = client(server)
+    long = [{"role": "user", "content": "Count from 1 to 500, separated by commas."}]
+    chunks = iter(c.chat.completions.create(model=MODEL, messages=long, max_tokens=300, temperature=0, stream=True,
+                                            stream_options={"include_usage": True}))
+    next(chunks), next(chunks)  # the long answer is running
+    t0 = time.perf_counter()
+    with pytest.raises(openai.NotFoundError):
+        c.chat.completions.create(model="gpt-4o", messages=COLOURS, max_tokens=4)
+    refused_after = time.perf_counter() - t0
+    long_took = extra(list(chunks)[-1].usage, "speedup")["total_s"]
+    assert refused_after < long_took / 2, f"refused after {refused_after:.2f} s, behind a {long_took:.2f} s answer"
+
+
 def test_bench_api_reports_paired_ratios(server, capsys):
     """The benchmark command runs end to end (timings are its output, not asserted)."""
     from localrag.__main__ import main
