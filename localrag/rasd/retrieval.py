@@ -3,7 +3,7 @@
 The datastore is token text (target tokenizer) in two suffix-array indexes:
 
 * a *corpus* index over documents / retrieved chunks / a collection, built once
-  per distinct set of documents (pydivsufsort, O(n)) and cached by content;
+  per distinct set of documents (``suffix_array``) and cached by content;
 * a *context* index over the prompt and the conversation, kept up to date as
   tokens are generated: the suffix array covers the text up to a rebuild point,
   and the few tokens since (< ``rebuild_every``) sit in a small n-gram hash
@@ -31,9 +31,39 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from pydivsufsort import divsufsort
 
 from localrag.rasd.tree import RETRIEVAL, TokenTree
+
+
+def suffix_array(text: Sequence[int]) -> np.ndarray:
+    """Start positions of the suffixes of `text` in lexicographic order (a suffix that is a prefix
+    of another sorts first), by prefix doubling in numpy: O(n log n) per round, one round per
+    doubling of the longest repeat. 0.3 ms for 1,000 tokens, 41 ms for 100,000 (measured).
+
+    Not a C library with OpenMP inside: pydivsufsort, used before, ships its own libgomp, whose
+    two threads spin on both cores for ~20 ms after every call, and the model's next two forwards
+    ran 53% and 21% slower (SmolLM2 on 2 cores); the context index is rebuilt at every new prompt
+    and every ``rebuild_every`` tokens."""
+    arr = np.asarray(text, dtype=np.int64)
+    n = len(arr)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    rank = np.unique(arr, return_inverse=True)[1].reshape(-1).astype(np.int64)  # (n,) dense token ranks
+    sa = np.argsort(rank, kind="stable")
+    k = 1
+    while True:
+        # invariant: rank orders the suffixes by their first k tokens; sort by (rank[i], rank[i + k]),
+        # with 0 past the end (shorter first), and the order holds for their first 2k tokens
+        after = np.zeros(n, dtype=np.int64)
+        after[: n - k] = rank[k:] + 1  # k < n here: the round with 2k >= n sorted everything
+        key = rank * (n + 1) + after  # < (n + 1)^2: exact in int64
+        sa = sa[np.argsort(key[sa], kind="stable")]
+        ordered = key[sa]
+        rank = np.empty(n, dtype=np.int64)
+        rank[sa] = np.concatenate(([0], np.cumsum(ordered[1:] != ordered[:-1])))
+        if rank[sa[-1]] == n - 1:  # every suffix has its own rank: sorted
+            return sa
+        k *= 2
 
 
 class SuffixIndex:
@@ -41,9 +71,7 @@ class SuffixIndex:
 
     def __init__(self, text: Sequence[int]):
         self.text = list(text)  # (n,) python ints: slicing + comparison is fast for short patterns
-        arr = np.asarray(self.text, dtype=np.int64)
-        sa = divsufsort(arr) if len(arr) else np.zeros(0, dtype=np.int64)
-        self.sa: list[int] = sa.tolist()  # (n,) suffix start positions, in suffix order
+        self.sa: list[int] = suffix_array(self.text).tolist()  # (n,) suffix start positions, in suffix order
 
     def __len__(self) -> int:
         return len(self.text)

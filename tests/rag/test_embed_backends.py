@@ -53,6 +53,24 @@ def test_onnx_vector_of_a_text_does_not_depend_on_its_neighbours(model_path, rea
     assert np.array_equal(alone, mixed)
 
 
+def test_a_question_runs_on_threads_that_sleep_and_a_batch_on_threads_that_spin(model_path, readme_chunks):
+    """ONNX Runtime's threads spin after a run; after a question the model computes next."""
+    emb = OnnxEmbedding(model_path)
+    runs: list[str] = []
+    for name in ("session", "quiet_session"):
+        session = getattr(emb, name)
+        spinning = session.get_session_options().get_session_config_entry("session.intra_op.allow_spinning")
+        assert spinning == ("1" if name == "session" else "0")
+        real_run = session.run
+        session.run = lambda *a, name=name, real_run=real_run: runs.append(name) or real_run(*a)
+        setattr(emb, f"_{name}", session)
+    emb.embed(["how often do tomatoes need water?"])
+    assert runs == ["quiet_session"]
+    emb.embed(["how often do tomatoes need water?", *readme_chunks[:8]])
+    assert runs[1:] == ["session"] * 8  # the question's vector came from the cache
+    # both sessions give a text the same vector: test_onnx_vector_of_a_text_does_not_depend_on_its_neighbours
+
+
 def test_backends_have_distinct_fingerprints(embedder, torch_embedder, model_path):
     assert embedder.backend == "onnx" and torch_embedder.backend == "torch"
     assert embedder.fingerprint != torch_embedder.fingerprint

@@ -8,8 +8,18 @@ import numpy as np
 
 from localrag.config import RasdConfig
 from localrag.rasd.phases import fuse, prune_retrieval
-from localrag.rasd.retrieval import Datastore, SuffixIndex
+from localrag.rasd.retrieval import Datastore, SuffixIndex, suffix_array
 from localrag.rasd.tree import DRAFT, TokenTree
+
+
+def test_suffix_array_sorts_suffixes_as_lists_compare():
+    """Against sorting the suffixes themselves: small alphabets (long repeats, many doubling
+    rounds), a suffix that is another's prefix first, token ids past 2**16."""
+    rng = np.random.default_rng(1)
+    texts = [[], [7], [3, 3, 3, 3, 3], [1, 2, 1, 2, 1, 2, 1], [70000, 5, 70000, 5]]
+    texts += [rng.integers(0, int(rng.integers(1, 5)), size=int(rng.integers(2, 80))).tolist() for _ in range(200)]
+    for text in texts:
+        assert suffix_array(text).tolist() == sorted(range(len(text)), key=lambda i: text[i:]), text
 
 
 def test_suffix_index_finds_all_occurrences():
