@@ -303,9 +303,9 @@ class OnnxEmbedding(CachedEmbedding):
     @property
     def quiet_session(self) -> onnxruntime.InferenceSession:
         """The session for a few texts (a question): its threads sleep as soon as a run ends. ONNX
-        Runtime's threads otherwise spin on the cores for ~50 ms after a run, and a question's
-        embedding is followed at once by the model's forwards: measured on 2 cores, SmolLM2's next
-        four tokens took 10.6-14.9 ms instead of 7.1. Spinning pays within a batch (256 chunks:
+        Runtime's threads otherwise spin on the cores after a run, and a question's embedding is
+        followed at once by the model's forwards: measured on 2 cores, SmolLM2's next five
+        forwards took 10.6-15.6 ms instead of 7.1-7.8. Spinning pays within a batch (256 chunks:
         1.42 s against 1.69 s without)."""
         if self._quiet_session is None:
             self._quiet_session = self._open(spinning=False)
