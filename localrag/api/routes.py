@@ -114,9 +114,9 @@ class Answer:
     def _generate(self, mode: AnswerMode) -> None:
         """In the ticket's turn, on the generation thread."""
         try:
-            for item in answer_chat(self.services, self.req, mode, self.ticket):
+            for i, item in enumerate(answer_chat(self.services, self.req, mode, self.ticket)):
                 self._emit(Finished(item) if isinstance(item, ApiAnswer) else Piece(item))
-                if self.req.stream and not self.first_written.is_set():
+                if i == 0 and self.req.stream:  # once: a stream never started must not slow every token
                     self.first_written.wait(FIRST_WRITE_WAIT_S)  # see FIRST_WRITE_WAIT_S
         except Exception as exc:
             self._emit(Failed(api_error(exc)))
