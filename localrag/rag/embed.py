@@ -331,9 +331,7 @@ class OnnxEmbedding(CachedEmbedding):
 
     @property
     def dimension(self) -> int:
-        # either session will do (the same model): a process that only asks questions opens one
-        session = self._session or self._quiet_session or self.quiet_session
-        return int(session.get_outputs()[0].shape[1])
+        return int(self.session.get_outputs()[0].shape[1])
 
     def _encode(self, texts: list[str]) -> np.ndarray:
         """One text per run. Dynamic quantization picks its activation scales per run, so a text
@@ -341,8 +339,8 @@ class OnnxEmbedding(CachedEmbedding):
         cosine down to 0.985 against the same text alone); alone, identical text always gives
         the identical vector, no compute goes to padding, and on a 2-core AVX-512 CPU it
         measured faster too (36 against 24 chunks/s in batches of 64, one thread)."""
-        session = self.quiet_session if len(texts) <= QUIET_MAX_TEXTS else self.session  # opened first
         out = np.empty((len(texts), self.dimension), dtype=np.float32)
+        session = self.quiet_session if len(texts) <= QUIET_MAX_TEXTS else self.session
         for start in range(0, len(texts), self.batch_size):  # tokenize in batches: the Rust side is parallel
             encoded = self.tokenizer.encode_batch(texts[start : start + self.batch_size])
             for row, enc in enumerate(encoded, start=start):

@@ -55,9 +55,6 @@ def test_onnx_vector_of_a_text_does_not_depend_on_its_neighbours(model_path, rea
 
 def test_a_question_runs_on_threads_that_sleep_and_a_batch_on_threads_that_spin(model_path, readme_chunks):
     """ONNX Runtime's threads spin after a run; after a question the model computes next."""
-    asking = OnnxEmbedding(model_path)
-    asking.embed(["how often do tomatoes need water?"])
-    assert asking._quiet_session is not None and asking._session is None  # one model loaded, not two
     emb = OnnxEmbedding(model_path)
     runs: list[str] = []
     for name in ("session", "quiet_session"):
