@@ -69,6 +69,8 @@ def cmd_serve(args) -> int:
         return 2
     services = Services(cfg, engine=engine)
     try:
+        if services.check_index():  # the cheap part of `python -m localrag check`
+            print(f"[localrag] {services.index_health}", file=sys.stderr, flush=True)
         n = services.start_watching()  # each remembered folder is synced first, on the watcher's thread
         app = create_app(services, host=cfg.host, api_key=cfg.api_key)
         print(f"[localrag] API on http://{cfg.host}:{cfg.port}/v1, MCP tools on http://{cfg.host}:{cfg.port}/mcp"

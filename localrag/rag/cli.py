@@ -6,6 +6,7 @@
     python -m localrag search "when was it changed?" --history chat.json   # a follow-up
     python -m localrag docs list
     python -m localrag docs remove notes.md
+    python -m localrag check [--repair] [--json]          # the index's own fsck (localrag.rag.check)
 
 ``--index-dir`` (or LOCALRAG_INDEX_DIR) chooses the index folder;
 LOCALRAG_CHROMA_HOST / LOCALRAG_CHROMA_PORT select a shared Chroma server.
@@ -19,14 +20,18 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import asdict
+from pathlib import Path
 
 from tqdm import tqdm
 
+from localrag.config import default_data_dir
+from localrag.rag.check import CheckReport, IndexCheck
 from localrag.rag.config import IndexConfig
 from localrag.rag.followup import HistoryError, read_history, search_query
 from localrag.rag.index import DocumentIndex, NeedsReindex
 from localrag.rag.records import IngestEvent, IngestReport, WatchedFolder
-from localrag.rag.store import StoreUnavailable
+from localrag.rag.store import StoreError, StoreUnavailable
 
 
 def add_cli(subparsers) -> None:
@@ -69,6 +74,18 @@ def add_cli(subparsers) -> None:
     cols = docs_sub.add_parser("collections", parents=[common], help="named collections in the index")
     cols.set_defaults(func=cmd_collections)
 
+    ck = subparsers.add_parser("check", parents=[common],
+                               help="check that the index is whole and consistent (exit 1 if not); --repair fixes it")
+    ck.add_argument("--repair", action="store_true", help="fix what can be fixed, then check again")
+    ck.add_argument("--drop-missing", action="store_true",
+                    help="with --repair: drop the documents whose files are gone from disk")
+    ck.add_argument("--quick", action="store_true",
+                    help="the cheap part only: no reachability sweep, no content hashes (what the app runs at start)")
+    ck.add_argument("--data-dir", default=None,
+                    help="the app's data folder, whose upload copies are checked for orphans "
+                         "(default: LOCALRAG_DATA_DIR or data/)")
+    ck.set_defaults(func=cmd_check)
+
 
 def open_index(args, **overrides) -> DocumentIndex:
     return DocumentIndex(
@@ -101,6 +118,12 @@ class TqdmProgress:
     def __call__(self, event: IngestEvent) -> None:
         if event.kind == "waiting":
             say_waiting(event)
+            return
+        if event.kind == "repair":
+            if self.bar is not None:
+                self.bar.write(f"repair: {event.reason}", file=sys.stderr)
+            elif self.enabled:
+                print(f"repair: {event.reason}", file=sys.stderr, flush=True)
             return
         if not self.enabled:
             return
@@ -135,6 +158,8 @@ def cmd_ingest(args) -> int:
     except StoreUnavailable as exc:
         _print_report(exc.report, args.json)
         return fail(str(exc))
+    except StoreError as exc:
+        return fail(str(exc))
     _print_report(report, args.json)
     return 0 if report.seen and len(report.failed) < report.seen else (1 if report.failed else 0)
 
@@ -150,6 +175,8 @@ def _print_report(report: IngestReport, as_json: bool) -> None:
         print(f"  removed (gone from disk): {shown(path)}")
     for path in report.missing:
         print(f"  missing (kept): {shown(path)}")
+    for line in report.repaired:
+        print(f"  repaired: {shown(line)}")
 
 
 def cmd_search(args) -> int:
@@ -162,7 +189,7 @@ def cmd_search(args) -> int:
         print(f'searched: "{shown(query)}"', file=sys.stderr)
     try:
         hits = open_index(args).search(query, k=args.k)
-    except (StoreUnavailable, NeedsReindex) as exc:
+    except (StoreUnavailable, StoreError, NeedsReindex) as exc:
         return fail(str(exc))
     if args.json:
         print(json.dumps([h.to_dict() for h in hits], ensure_ascii=False, indent=2))
@@ -213,7 +240,7 @@ def cmd_docs_remove(args) -> int:
 
     try:
         n = open_index(args).remove(args.path, progress=say_waiting)
-    except StoreUnavailable as exc:
+    except (StoreUnavailable, StoreError) as exc:
         return fail(str(exc))
     if args.json:
         print(json.dumps({"removed": n}))
@@ -226,3 +253,44 @@ def cmd_collections(args) -> int:
     names = open_index(args).collections()
     print(json.dumps(names) if args.json else "\n".join(names) or "no collections")
     return 0
+
+
+def cmd_check(args) -> int:
+    data_dir = Path(args.data_dir) if args.data_dir else default_data_dir()
+    try:
+        index = open_index(args)
+        checker = IndexCheck(index, uploads_dir=data_dir / "uploads")
+        report = checker.run(full=not args.quick)
+        before = report
+        if args.repair and not report.ok:
+            report = checker.repair(report, drop_missing=args.drop_missing)
+    except (StoreUnavailable, StoreError, NeedsReindex) as exc:
+        return fail(str(exc))
+    if args.json:
+        out = report.to_dict()
+        if args.repair:
+            out["found"] = [asdict(p) for p in before.problems]
+        print(json.dumps(out, ensure_ascii=False, indent=2))
+        return 0 if report.ok else 1
+    if args.repair:
+        for p in before.problems:
+            print(f"found    {shown(p.line())}")
+        for line in report.repaired:
+            print(f"repaired {shown(line)}")
+    for p in report.problems:
+        print(f"problem  {shown(p.line())}")
+    print(_check_summary(report, args.repair))
+    if not report.ok and not args.repair:
+        print("run `python -m localrag check --repair` to fix what can be fixed", file=sys.stderr)
+    return 0 if report.ok else 1
+
+
+def _check_summary(report: CheckReport, repaired: bool) -> str:
+    head = ("after repair: " if repaired else "") + report.summary()
+    took = sum(report.timings.values())
+    sweep = ""
+    if report.swept:
+        per_10k = report.timings["reachability"] * 10_000 / report.swept
+        sweep = f"; {report.swept} vectors queried with themselves in {report.timings['reachability']:.2f} s " \
+                f"({per_10k:.1f} s per 10,000)"
+    return f"{head} (collection {report.collection!r}, checked in {took:.2f} s{sweep})"

@@ -127,6 +127,8 @@ class Embedder(Protocol):
 
     def prime(self, vectors: dict[str, np.ndarray]) -> None: ...
 
+    def clear_cache(self) -> None: ...
+
 
 class CachedEmbedding(EmbeddingFunction[Documents]):
     """The text-hash LRU cache and Chroma's protocol; subclasses compute vectors in ``_encode``."""
@@ -188,6 +190,10 @@ class CachedEmbedding(EmbeddingFunction[Documents]):
         """Seed the cache with known vectors (e.g. of unchanged chunks of an edited file)."""
         for key, vec in vectors.items():
             self._remember(key, np.asarray(vec, dtype=np.float32))
+
+    def clear_cache(self) -> None:
+        """Forget every remembered vector (a rebuild must compute them, not copy them back)."""
+        self._cache.clear()
 
     def _remember(self, key: str, vec: np.ndarray) -> None:
         self._cache[key] = vec

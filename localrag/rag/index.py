@@ -50,6 +50,7 @@ from localrag.rag.records import DocumentInfo, Hit, IngestEvent, IngestReport, W
 from localrag.rag.retrieve import Bm25Store, rrf_fuse
 from localrag.rag.store import READ_PAGE, ChromaStore, StoreUnavailable
 from localrag.rag.targets import under
+from localrag.rag.vectors import heal, repair_graph
 
 __all__ = [
     "DocumentIndex",
@@ -64,6 +65,7 @@ __all__ = [
 ]
 
 Progress = Callable[[IngestEvent], None]
+SWEEP_SHARE = 0.05  # sweep the vector graph after writing this share of a space's chunks (see _sweep_due)
 
 
 def _absolute(path: str | os.PathLike) -> str:
@@ -93,7 +95,7 @@ class DocumentIndex:
         self.chunk_fp = self.config.chunk_fingerprint()
         self.space = f"{self.config.collection}-{hashlib.sha1(self.emb_fp.encode()).hexdigest()[:10]}"
         self.build = Build(self.space, self.emb_fp, self.chunk_fp)
-        self.store = ChromaStore(self.config, self.dir, self.embedder, self.emb_fp)
+        self.store = ChromaStore(self.config, self.dir, self.embedder, self.emb_fp, on_damaged=self.manifest.mark_damaged)
         self._chunker: Chunker | None = None
         self._bm25: dict[str, Bm25Store] = {}
 
@@ -111,7 +113,7 @@ class DocumentIndex:
         return self._chunker
 
     @contextmanager
-    def _write_lock(self, progress: Progress | None = None) -> Iterator[None]:
+    def write_lock(self, progress: Progress | None = None) -> Iterator[None]:
         """One writer per index folder (CLI and UI may run side by side); a second one says it waits."""
         with open(self.dir / ".write.lock", "a+") as fh:
             try:
@@ -138,6 +140,31 @@ class DocumentIndex:
             finally:
                 fcntl.flock(fh, fcntl.LOCK_UN)
 
+    # ------------------------------------------------------------ after a crash
+    def _recover(self, emit: Progress) -> list[str]:
+        """Before writing (the write lock held): heal the vector index (a rebuild a crash cut short,
+        a damaged one), delete what a dead writer left, and if one did, sweep the graph for
+        vectors no query reaches (``localrag.rag.vectors``). Returns what was repaired."""
+        say = self._say(emit)
+        repaired = heal(self.store, self.manifest, self.space, self.embedder, say)
+        if recover(self.manifest, self.store):
+            repaired += self._repair_graph(emit)
+        return repaired
+
+    def _sweep_due(self) -> bool:
+        """Sweep after writing once the chunks written since the last sweep are SWEEP_SHARE of the
+        space: HNSW cuts nodes off as later nodes arrive, crash or not."""
+        written = self.manifest.space_state(self.space).written
+        return written > 0 and written >= SWEEP_SHARE * self.chunk_count()
+
+    def _repair_graph(self, emit: Progress) -> list[str]:
+        _, done = repair_graph(self.store, self.manifest, self.space, self.embedder, self._say(emit))
+        return done
+
+    @staticmethod
+    def _say(emit: Progress):
+        return lambda line: emit(IngestEvent("repair", reason=line))
+
     def _drop_unused_spaces(self) -> None:
         """Remove Chroma collections of this collection's old embedding models once unreferenced."""
         self.store.drop_spaces(f"{self.config.collection}-", self.manifest.spaces_in_use() | {self.space})
@@ -161,13 +188,17 @@ class DocumentIndex:
         t0 = time.perf_counter()
         emit = progress or (lambda event: None)
         run: IngestRun | None = None
-        with self._write_lock(emit):
+        with self.write_lock(emit):
             try:
                 self.store.check()
-                recover(self.manifest, self.store)
+                repaired = self._recover(emit)
                 run = IngestRun(self._parts(), emit, keep_missing)
                 report = run.run(paths)
+                report.repaired = repaired
+                self.manifest.note_written(self.space, report.chunks)
                 self._drop_unused_spaces()
+                if self._sweep_due():
+                    report.repaired += self._repair_graph(emit)
                 self._ensure_bm25()
             except StoreUnavailable as exc:
                 exc.report = run.report if run is not None else IngestReport()
@@ -279,6 +310,14 @@ class DocumentIndex:
         store = self._bm25_store()
         store.ensure(self.manifest.generation(self.config.collection), self._live_texts)
         return store
+
+    def bm25_ids(self) -> tuple[str, ...]:
+        """The chunk ids the keyword index holds (brought up to the manifest's generation first)."""
+        return self._ensure_bm25().ids
+
+    def rebuild_bm25(self) -> None:
+        """Build the keyword index again from Chroma's texts, whatever its generation says."""
+        self._bm25_store().build(self._live_texts(), self.manifest.generation(self.config.collection))
 
     def _live_texts(self) -> list[tuple[str, str]]:
         """(chunk id, text) of every live chunk, read in one session (a consistent snapshot)."""
@@ -422,9 +461,9 @@ class DocumentIndex:
         Chroma server cannot be reached."""
         target = _absolute(path)
         coll = self.config.collection
-        with self._write_lock(progress):
+        with self.write_lock(progress):
             self.store.check()
-            recover(self.manifest, self.store)
+            self._recover(progress or (lambda event: None))
             paths = [r.path for r in self.manifest.files(coll) if under(r.path, target)]
             paths += [p for p in self.manifest.failures(coll) if under(p, target)]
             removed, _ = self.manifest.remove(coll, paths)

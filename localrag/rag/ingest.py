@@ -146,12 +146,15 @@ def collect_garbage(manifest: Manifest, store: ChromaStore) -> None:
         manifest.drop_garbage(ver)
 
 
-def recover(manifest: Manifest, store: ChromaStore) -> None:
-    """Delete chunks of versions that never committed (a crash) or were superseded."""
-    for ver, space in manifest.pending():
+def recover(manifest: Manifest, store: ChromaStore) -> bool:
+    """Delete chunks of versions that never committed (a crash) or were superseded. Returns whether
+    there were any: a writer that died (or lost its Chroma server) left them."""
+    pending, garbage = manifest.pending(), manifest.garbage()
+    for ver, space in pending:
         store.delete_version(space, ver)
         manifest.abandon(ver)
     collect_garbage(manifest, store)
+    return bool(pending or garbage)
 
 
 class IngestRun:
@@ -392,8 +395,7 @@ class IngestRun:
                 meta["ocr"] = True
             metas.append(meta)
         with self.p.store.session():
-            col = self.p.store.collection(self.p.build.space)
-            self.p.store.add(col, ids, vectors, texts, metas)
+            self.p.store.collection(self.p.build.space).add(ids=ids, embeddings=vectors, documents=texts, metadatas=metas)
 
     def _reuse_vectors(self, hashes: list[str]) -> None:
         """Copy vectors of identical chunks already in the space (edited/copied files) into the cache."""

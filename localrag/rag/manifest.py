@@ -51,6 +51,9 @@ CREATE TABLE IF NOT EXISTS failures (
     collection TEXT NOT NULL, path TEXT NOT NULL, reason TEXT NOT NULL, at REAL NOT NULL,
     PRIMARY KEY (collection, path));
 CREATE TABLE IF NOT EXISTS generations (collection TEXT PRIMARY KEY, generation INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS spaces (
+    space TEXT PRIMARY KEY, written INTEGER NOT NULL DEFAULT 0, damaged TEXT NOT NULL DEFAULT '',
+    rebuild TEXT NOT NULL DEFAULT '');
 CREATE TABLE IF NOT EXISTS watches (
     collection TEXT NOT NULL, folder TEXT NOT NULL, added_at REAL NOT NULL, last_sync REAL,
     last_error TEXT NOT NULL DEFAULT '', PRIMARY KEY (collection, folder));
@@ -83,6 +86,18 @@ class WatchRecord:
     added_at: float
     last_sync: float | None = None
     last_error: str = ""
+
+
+@dataclass(frozen=True)
+class SpaceState:
+    """The health bookkeeping of one Chroma space (``localrag.rag.vectors``): chunks written since
+    its last reachability sweep, why Chroma called its vector index damaged ('' when it did not),
+    and the state of a rebuild in progress ('', 'copying' or 'copied')."""
+
+    space: str
+    written: int = 0
+    damaged: str = ""
+    rebuild: str = ""
 
 
 class Manifest:
@@ -174,7 +189,39 @@ class Manifest:
             ).fetchall()
         return [WatchRecord(*r) for r in rows]
 
+    def space_state(self, space: str) -> SpaceState:
+        row = self._db.execute("SELECT * FROM spaces WHERE space=?", (space,)).fetchone()
+        return SpaceState(*row) if row else SpaceState(space)
+
+    def space_states(self) -> list[SpaceState]:
+        return [SpaceState(*r) for r in self._db.execute("SELECT * FROM spaces ORDER BY space").fetchall()]
+
     # ------------------------------------------------------------ mutations
+    def note_written(self, space: str, n: int) -> None:
+        """``n`` more chunks were added to ``space`` since its last sweep."""
+        with self._tx() as db:
+            db.execute("INSERT INTO spaces (space, written) VALUES (?, ?) "
+                       "ON CONFLICT(space) DO UPDATE SET written=written+excluded.written", (space, n))
+
+    def swept(self, space: str) -> None:
+        with self._tx() as db:
+            db.execute("UPDATE spaces SET written=0 WHERE space=?", (space,))
+
+    def mark_damaged(self, space: str, reason: str) -> None:
+        with self._tx() as db:
+            db.execute("INSERT INTO spaces (space, damaged) VALUES (?, ?) "
+                       "ON CONFLICT(space) DO UPDATE SET damaged=excluded.damaged", (space, reason or "damaged"))
+
+    def set_rebuild(self, space: str, state: str) -> None:
+        with self._tx() as db:
+            db.execute("INSERT INTO spaces (space, rebuild) VALUES (?, ?) "
+                       "ON CONFLICT(space) DO UPDATE SET rebuild=excluded.rebuild", (space, state))
+
+    def rebuilt(self, space: str) -> None:
+        """A rebuild replaced the space: a fresh graph, nothing damaged, nothing to sweep."""
+        with self._tx() as db:
+            db.execute("UPDATE spaces SET written=0, damaged='', rebuild='' WHERE space=?", (space,))
+
     def add_watch(self, collection: str, folder: str) -> bool:
         """Remember a watched folder; False when it already was."""
         with self._tx() as db:

@@ -63,7 +63,8 @@ class Hit:
 class IngestReport:
     """What one ``ingest`` call did. ``failed`` holds (path, reason) per file; ``removed``: files
     gone from an ingested folder, dropped from the index; ``missing``: the same, kept because
-    the ingest was asked to keep them (they list as 'missing')."""
+    the ingest was asked to keep them (they list as 'missing'); ``repaired``: what it repaired in
+    the vector index, in words (after a crash: ``localrag.rag.vectors``)."""
 
     seen: int = 0
     added: int = 0
@@ -73,6 +74,7 @@ class IngestReport:
     failed: list[tuple[str, str]] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
+    repaired: list[str] = field(default_factory=list)
     chunks: int = 0
     bytes: int = 0
     seconds: float = 0.0
@@ -95,7 +97,8 @@ class IngestReport:
 class IngestEvent:
     """Progress callback payload.
 
-    kind: 'waiting' (another writer holds the index; ``reason`` says who), 'start' (total
+    kind: 'waiting' (another writer holds the index; ``reason`` says who), 'repair' (the vector
+    index is checked or repaired before or after the run; ``reason`` says how far), 'start' (total
     files known), 'file_start', 'chunks' (``chunks``: running chunk count of that file),
     'file_done' (status = added / skipped / replaced / moved / failed, with reason),
     'removed' (a file gone from an ingested folder: status 'removed', or 'missing' when
@@ -122,7 +125,10 @@ class IngestEvent:
     eta_s: float | None = None
 
     def progress_line(self) -> str:
-        """'3/10 files · 120 chunks · 45.2 chunks/s · ETA 0:12': the run so far, for a person."""
+        """'3/10 files · 120 chunks · 45.2 chunks/s · ETA 0:12': the run so far, for a person (a
+        'repair' event: what is being repaired)."""
+        if self.kind == "repair":
+            return self.reason
         eta = "?" if self.eta_s is None else clock(self.eta_s)
         return (
             f"{self.files_done}/{self.total} files · {self.chunks_done} chunks · "

@@ -30,14 +30,14 @@ from __future__ import annotations
 
 import fcntl
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import chromadb
 import httpx
 from chromadb.config import Settings
-from chromadb.errors import NotFoundError
+from chromadb.errors import InternalError, NotFoundError
 
 from localrag.rag.config import EMBEDDING_BACKENDS, IndexConfig
 from localrag.rag.embed import Embedder, make_embedder
@@ -60,6 +60,18 @@ class StoreError(RuntimeError):
     """Chroma answered, but not as promised (e.g. chunks still there after a delete)."""
 
 
+# What Chroma 1.5.9 says, once per process, when its log no longer replays onto the saved vector
+# graph (a crash between saving the graph and its id map; docs/design.md, "The vector graph after
+# a crash"). Later calls in that process succeed, on an id map that may give one slot to two ids.
+DAMAGE_MARK = "Failed to apply logs to the hnsw segment writer"
+Damaged = Callable[[str, str], None]  # (space, Chroma's message): a space's vector index is damaged
+
+
+class StoreDamaged(StoreError):
+    """Chroma reported a space's vector index damaged in the middle of a call (a server restarted
+    after a crash); the message is one line with the command that repairs it."""
+
+
 class _LocalClient:
     """The one PersistentClient of this process for an index folder, and the epoch it reflects."""
 
@@ -71,6 +83,7 @@ class _LocalClient:
         self.client = None
         self.epoch = -1  # the epoch the open client reflects
         self.users = 0  # ChromaStore objects of this process using it
+        self.opened = 0  # clients opened so far (each loads the graphs from disk anew)
 
     @contextmanager
     def session(self) -> Iterator[None]:
@@ -113,6 +126,7 @@ class _LocalClient:
         self.client = chromadb.PersistentClient(
             path=str(self.chroma_dir), settings=Settings(anonymized_telemetry=False)
         )
+        self.opened += 1
 
 
 class _LocalClients:
@@ -145,10 +159,16 @@ class ChromaStore:
     """The Chroma side of one index folder (or one server). Chroma objects are used only inside
     :meth:`session`, which turns transport errors into StoreUnavailable."""
 
-    def __init__(self, config: IndexConfig, index_dir: Path, embedder: Embedder, emb_fp: str) -> None:
+    def __init__(self, config: IndexConfig, index_dir: Path, embedder: Embedder, emb_fp: str,
+                 on_damaged: Damaged | None = None) -> None:
+        """``on_damaged``: told when Chroma reports a space's vector index damaged (the index records
+        it, so an ingest or ``check --repair`` rebuilds the space)."""
         self.config = config
         self.embedder = embedder
         self.emb_fp = emb_fp
+        self.on_damaged = on_damaged
+        self._probed: set[tuple[int, str]] = set()  # (client opening, space) pairs whose log replayed
+        self._space: str | None = None  # the space last opened (what a damage report inside a call is about)
         if config.chroma_host:
             self.address = f"http://{config.chroma_host}:{config.chroma_port}"
             self._local = None
@@ -163,16 +183,24 @@ class ChromaStore:
     def session(self) -> Iterator[None]:
         """Use Chroma inside this (re-entrant): local mode holds the cross-process lock and a
         client that reflects every other process's sessions; HTTP errors become StoreUnavailable."""
-        if self._local is None:
-            try:
+        try:
+            if self._local is None:
+                try:
+                    yield
+                except httpx.TransportError as exc:
+                    raise self.unavailable(exc) from exc
+                return
+            if self._closed:
+                raise RuntimeError("this index was closed")
+            with self._local.session():
                 yield
-            except httpx.TransportError as exc:
-                raise self.unavailable(exc) from exc
-            return
-        if self._closed:
-            raise RuntimeError("this index was closed")
-        with self._local.session():
-            yield
+        except InternalError as exc:  # the probe in ``collection`` missed it (a server restarted since)
+            if DAMAGE_MARK not in str(exc) or self._space is None:
+                raise
+            if self.on_damaged is not None:
+                self.on_damaged(self._space, " ".join(str(exc).split()))
+            raise StoreDamaged(f"the vector index of {self._space} at {self.address} was damaged by a crash; "
+                               "run `python -m localrag check --repair` (the next ingest repairs it too)") from exc
 
     def close(self) -> None:
         """Release the shared local client (closed with its last user); a no-op for a server."""
@@ -213,7 +241,31 @@ class ChromaStore:
     # ------------------------------------------------------------ collections
     def collection(self, space: str, create: bool = True):
         """The Chroma collection for ``space`` with our embedding function (never Chroma's default);
-        None when ``create`` is False and it does not exist. Use it inside the same session."""
+        None when ``create`` is False and it does not exist. Use it inside the same session.
+
+        The first use of a space by a client replays Chroma's log onto its saved vector graph; that
+        is where a damaged index shows (DAMAGE_MARK), so it is probed with a count then: the damage
+        is reported to ``on_damaged`` and the collection is handed out (Chroma serves it again)."""
+        with self.session():
+            col = self._open_collection(space, create)
+            self._space = space
+            key = (self._local.opened if self._local is not None else 0, space)
+            if col is not None and key not in self._probed:
+                try:
+                    col.count()
+                except InternalError as exc:
+                    if DAMAGE_MARK not in str(exc):
+                        raise
+                    if self.on_damaged is not None:
+                        self.on_damaged(space, " ".join(str(exc).split()))
+                self._probed.add(key)
+            return col
+
+    def forget(self, space: str) -> None:
+        """The space was replaced (rebuilt): probe it again at its next use."""
+        self._probed = {key for key in self._probed if key[1] != space}
+
+    def _open_collection(self, space: str, create: bool):
         with self.session():
             client = self.client()
             if create:
@@ -251,27 +303,6 @@ class ChromaStore:
         for backend in EMBEDDING_BACKENDS:
             if backend != self.embedder.backend:
                 yield make_embedder(self.config.model_path, backend)
-
-    def add(self, col, ids: list[str], vectors, texts: list[str], metas: list[dict]) -> None:
-        """Add chunks; with a server, check that the vector graph holds them (a query with each vector
-        finds it) and add the ones it lost again. A ``chroma run`` server restarted after a kill
-        can drop vectors from its graph while keeping their records (seen with chromadb 1.5.9 in
-        ``tests/reliability/test_server_restart.py``); the check is one batched query."""
-        col.add(ids=ids, embeddings=vectors, documents=texts, metadatas=metas)
-        if self._http is None:
-            return
-        lost = self._unreachable(col, ids, vectors)
-        if lost:
-            keep = [i for i, cid in enumerate(ids) if cid in lost]
-            col.delete(ids=[ids[i] for i in keep])
-            col.add(ids=[ids[i] for i in keep], embeddings=[vectors[i] for i in keep],
-                    documents=[texts[i] for i in keep], metadatas=[metas[i] for i in keep])
-
-    @staticmethod
-    def _unreachable(col, ids: list[str], vectors) -> set[str]:
-        found = col.query(query_embeddings=vectors, n_results=1, include=["distances"])
-        return {cid for cid, hit, dist in zip(ids, found["ids"], found["distances"], strict=True)
-                if not hit or (hit[0] != cid and dist[0] > 1e-4)}
 
     def delete_version(self, space: str, ver: str) -> None:
         """Delete every chunk of one file version; returns only once Chroma holds none of them.

@@ -340,6 +340,8 @@ def ingest_status(event: IngestEvent) -> str:
     for another writer (which process holds the index's write lock)."""
     if event.kind == "waiting":
         return f"⏳ Waiting for the write lock: {event.reason}"
+    if event.kind == "repair":  # the vector index checked or repaired around the run (after a crash)
+        return f"🔧 {event.reason[:1].upper()}{event.reason[1:]}"
     return f"Ingesting: {event.progress_line()}"
 
 

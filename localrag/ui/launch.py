@@ -76,6 +76,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[localrag] embedding model ready in {time.perf_counter() - t0:.1f} s", flush=True)
         except Exception as exc:
             print(f"[localrag] embedding model failed to load: {exc}", file=sys.stderr, flush=True)
+        try:  # the cheap part of `python -m localrag check`: a warning on the page when unhealthy
+            if services.check_index():
+                print(f"[localrag] {services.index_health}", file=sys.stderr, flush=True)
+        except Exception as exc:
+            print(f"[localrag] the index check failed: {exc}", file=sys.stderr, flush=True)
         try:  # the watched folders, each synced first (catching what changed while the app was down)
             n = services.start_watching()
             if n:

@@ -25,6 +25,7 @@ from localrag.engine import Engine
 from localrag.grounded import verifier_config
 from localrag.models import ModelError
 from localrag.modes import MODES, AnswerMode
+from localrag.rag.check import IndexCheck
 from localrag.rag.config import IndexConfig
 from localrag.rag.index import DocumentIndex
 from localrag.rag.watch import FolderState, FolderWatcher
@@ -98,6 +99,7 @@ class Services:
         self._rasd_states: dict[tuple, RasdState] = {}  # the Speedup decoder (what it learned) per (engine, draft)
         self._watcher: FolderWatcher | None = None
         self._watcher_lock = threading.Lock()
+        self.index_health = ""  # check_index's warning ('' while the index is healthy or unchecked)
 
     # ------------------------------------------------------------ models
     def swap_model(self, model: str, gpu_layers: int) -> str:
@@ -126,13 +128,28 @@ class Services:
             old.close()
 
     def model_status(self) -> str:
+        """The header line: the model (or why none is loaded), then the index's health warning, if any."""
         if self.engine is None:
-            return f"❌ No model loaded: {self.engine_error or 'unknown error'}. Pick a model and press Load."
-        line = f"Model: **{self.engine.model_name}**"
-        if not self.engine.backend.deterministic:  # GPU layers, llama.cpp's default kernels, transformers
-            line += (" · not bit-exact: the same question may get a different answer at the model's "
-                     "near-ties (batch-dependent kernels)")
-        return line
+            line = f"❌ No model loaded: {self.engine_error or 'unknown error'}. Pick a model and press Load."
+        else:
+            line = f"Model: **{self.engine.model_name}**"
+            if not self.engine.backend.deterministic:  # GPU layers, llama.cpp's default kernels, transformers
+                line += (" · not bit-exact: the same question may get a different answer at the model's "
+                         "near-ties (batch-dependent kernels)")
+        return line + (f"  \n{self.index_health}" if self.index_health else "")
+
+    def check_index(self) -> str:
+        """The cheap part of ``python -m localrag check`` (no sweep, no hashing) over every collection,
+        run at start: '' when healthy, else one warning line naming the problems and the command."""
+        found = []
+        for name in self.collections():
+            report = IndexCheck(self.index(name), uploads_dir=self.uploads_dir).run(full=False)
+            if not report.ok:
+                found.append(f"{name}: {report.summary()}")
+        self.index_health = "" if not found else (
+            f"⚠️ The document index needs attention ({'; '.join(found)}). "
+            f"Run `python -m localrag check --repair` (`python -m localrag check` lists each problem).")
+        return self.index_health
 
     def verifier(self) -> Engine:
         """The Grounded mode verifier (``GroundedConfig.verifier``), loaded on first use."""

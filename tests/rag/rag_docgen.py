@@ -141,7 +141,7 @@ def assert_consistent(idx) -> None:
         f"{len(in_chroma - expected)} orphan chunk(s) in Chroma, {len(expected - in_chroma)} missing"
     )
     assert idx.chunk_count() == len(expected)
-    bm25 = idx._ensure_bm25().ids
+    bm25 = idx.bm25_ids()
     assert len(bm25) == len(set(bm25)) and set(bm25) == expected, "BM25 differs from the manifest"
     assert idx.manifest.pending() == [] and idx.manifest.garbage() == []
     _assert_dense_graph_whole(idx)

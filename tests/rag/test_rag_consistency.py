@@ -195,7 +195,7 @@ def test_a_long_lived_searcher_sees_vectors_another_process_added(make_index, tm
 def test_a_second_writer_says_it_is_waiting(make_index, folder):
     first, second = make_index(), make_index()
     events = []
-    with first._write_lock():
+    with first.write_lock():
         worker = threading.Thread(target=lambda: second.ingest([folder], progress=events.append))
         worker.start()
         worker.join(timeout=3)

@@ -61,7 +61,7 @@ def test_ingest_shows_files_chunks_per_second_eta_and_the_wait_for_the_write_loc
         (upload / f"n{i}.md").write_text(f"# Note {i}\n\nThe {i}th falcon nests on the copper ridge.\n")
     other = DocumentIndex(IndexConfig(index_dir=tmp_path / "index"), embedder=s.index("default").embedder)
     views = []
-    with other._write_lock():  # another writer holds the index
+    with other.write_lock():  # another writer holds the index
         worker = threading.Thread(target=lambda: views.extend(docs.ingest(sorted(upload.iterdir()), "default")))
         worker.start()
         waiting = until(lambda: next((v for v in views if "Waiting" in v.summary), None), timeout=60)
