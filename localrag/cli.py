@@ -16,7 +16,7 @@ from pathlib import Path
 from localrag.config import DEFAULT_MODEL, GenerationConfig, ModelConfig, RasdConfig
 from localrag.engine import Engine
 from localrag.generation import Decoder
-from localrag.models import ModelError, ModelInfo, list_models
+from localrag.models import CHUNKED, ModelError, ModelInfo, NotAssembled, drafts_for, list_models
 from localrag.rasd import RasdDecoder, load_draft
 
 
@@ -88,18 +88,42 @@ def cmd_models(args) -> int:
     if args.json:
         print(json.dumps([_info_dict(r) for r in rows], indent=2))
         return 0
-    print(f"{'name':28} {'size':>9} {'arch':10} {'vocab':>7} {'ctx':>7} template")
+    print(f"{'name':28} {'size':>9} {'arch':10} {'vocab':>7} {'ctx':>7} {'template':8} role")
     for r in rows:
+        if isinstance(r, NotAssembled):  # known size and role, no header to read yet
+            size = f"{r.record.size / 2**20:.0f} MiB"
+            print(f"{r.record.name:28} {size:>9} {'-':10} {'-':>7} {'-':>7} {'-':8} {_role(r.record.name)}")
+            print(f"  good for: {r.record.good_for}")
+            print(f"  {r}")
+            continue
         if isinstance(r, ModelError):
             print(f"  unavailable: {r}")
             continue
         size = f"{r.size_bytes / 2**20:.0f} MiB"
-        print(f"{r.name:28} {size:>9} {r.architecture:10} {r.vocab_size:>7} {r.context_length:>7} {'yes' if r.has_chat_template else 'no'}")
+        template = "yes" if r.has_chat_template else "no"
+        print(f"{r.name:28} {size:>9} {r.architecture:10} {r.vocab_size:>7} {r.context_length:>7} {template:8} {_role(r.name)}")
+        if r.name in CHUNKED:
+            print(f"  good for: {CHUNKED[r.name].good_for}")
         print(f"  {r.path}")
     return 0
 
 
+def _role(name: str) -> str:
+    """What a registry model is for: a target names its drafts, a draft its target."""
+    default = " (default)" if name == DEFAULT_MODEL else ""
+    record = CHUNKED.get(name)
+    if record is None:
+        return "answer" + default if default else "-"
+    if record.draft_for:
+        return f"draft for {record.draft_for}{default}"
+    drafts = drafts_for(name)
+    return "target" + default + (f", draft: {', '.join(drafts)}" if drafts else "")
+
+
 def _info_dict(r: ModelInfo | ModelError) -> dict:
+    if isinstance(r, NotAssembled):
+        return {"error": str(r), "name": r.record.name, "size_bytes": r.record.size, "assembled": False,
+                **_registry_dict(r.record.name)}
     if isinstance(r, ModelError):
         return {"error": str(r)}
     return {
@@ -110,7 +134,16 @@ def _info_dict(r: ModelInfo | ModelError) -> dict:
         "vocab_size": r.vocab_size,
         "context_length": r.context_length,
         "chat_template": r.has_chat_template,
+        **_registry_dict(r.name),
     }
+
+
+def _registry_dict(name: str) -> dict:
+    """Role and pairing of a chunked registry model (nothing for the others)."""
+    record = CHUNKED.get(name)
+    if record is None:
+        return {}
+    return {"role": record.role, "draft_for": record.draft_for, "drafts": drafts_for(name), "good_for": record.good_for}
 
 
 def cmd_generate(args) -> int:

