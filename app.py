@@ -4,7 +4,7 @@
     python app.py --port 8000 --model gemma3-270m --index-dir ~/my_index --data-dir ~/localrag_data
 
 The UI binds 127.0.0.1 unless --host says otherwise; --share is off by default.
-All the work happens in the localrag package (localrag.ui); this file stays thin.
+All the work happens in the localrag package (localrag.launch); this file stays thin.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
 # llama.cpp ~25% of its decode speed on tiny models (measured: 86 vs 60 tok/s, SmolLM2, 2 cores).
 os.environ.setdefault("GOMP_SPINCOUNT", "10000")
 
-from localrag.ui import main  # noqa: E402
+from localrag.launch import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())

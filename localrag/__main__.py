@@ -13,14 +13,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from localrag import answer_cli, cli
 from localrag.api import cli as api_cli
 from localrag.bench import cli as bench_cli
+from localrag.cli import ask, core
 from localrag.rag import cli as rag_cli
 from localrag.rag import watch_cli
 
 # Each module defines add_cli(subparsers); each subcommand sets `func(args) -> int`.
-CLI_MODULES = (cli, rag_cli, watch_cli, bench_cli, answer_cli, api_cli)
+CLI_MODULES = (core, rag_cli, watch_cli, bench_cli, ask, api_cli)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,33 +1,39 @@
-"""The answer layer's shared core: the loaded models, the document indexes, retrieval, the
-standard-RAG prompt, and the check every answer goes through before it is shown: its sentence-level
-evidence in the chunks it was written from (``Answerer.check``), the citations computed from that
-evidence, and honest refusal when the documents do not support it (``checked_result``,
-``apply_policy``). Answering modes (``localrag.modes``) run on top of one ``Answerer``:
+"""The answer layer's shared core: what every mode needs, and nothing one mode alone needs.
 
-    answerer = Answerer(Engine.load(ModelConfig()), DocumentIndex(IndexConfig()))
-    mode = get_mode("plain")                       # localrag.modes: plain | rasd | grounded
+    answerer = Answerer(Engine.load(ModelConfig()), IndexSet(IndexConfig()))
+    mode = get_mode("plain")                       # localrag.modes: plain | speedup | grounded
     for piece in mode.stream(answerer, AnswerRequest("what does my contract say about termination?")):
         if isinstance(piece, AnswerResult): print(piece.citations)
         elif isinstance(piece, str): print(piece, end="")    # (Grounded also yields AnswerProgress first)
 
-An Answerer is not thread-safe (one model each); the UI and the API serialise answers.
+Shared: the loaded target (``engine``), the collections' indexes (``indexes``), the models loaded
+beside the target by name (``models``: a Speedup draft, a Grounded drafter or verifier), the
+document search (``search``, with follow-up queries), the standard-RAG prompt (``rag_prompt``),
+and the check every answer goes through before it is shown: its sentence-level evidence in the
+chunks it was written from (``check``), the citations computed from that evidence, and honest
+refusal when the documents do not support it (``checked_result``, ``apply_policy``). What a mode
+keeps between answers (Speedup's decoder, Grounded's pipeline) it makes once through ``runtime``.
+
+An Answerer is not thread-safe (one model each); the app computes every answer on one thread.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from localrag.backends.base import Backend
-from localrag.config import GenerationConfig, GroundedConfig, RasdConfig
+from localrag.config import GenerationConfig, GroundedConfig, ModelConfig, RasdConfig
 from localrag.engine import Engine
 from localrag.evidence import EvidenceAligner, EvidenceConfig, split_citations
-from localrag.grounded import GroundedPipeline
+from localrag.models import drafts_for
 from localrag.rag.followup import FollowupConfig, search_query
 from localrag.rag.index import DocumentIndex
+from localrag.rag.indexes import IndexSet
 from localrag.rag.records import Hit
-from localrag.rasd import RasdDecoder
+from localrag.rasd import load_draft
 from localrag.results import (
     ON_UNSUPPORTED,
     AnswerEvidence,
@@ -35,15 +41,25 @@ from localrag.results import (
     AnswerStats,
     ChunkLike,
     CopiedSpan,
-    GroundedDraft,
-    RetrievalStats,
+    ModeExtras,
+    SearchStats,
 )
 
+T = TypeVar("T")
+CONTEXT_MARGIN = 8  # tokens kept free at the end of the context
 RAG_INSTRUCTIONS = (
     "Answer the question using only the numbered sources below. Be brief and specific. "
     "If the sources do not contain the answer, say that the documents do not say."
 )
 NO_DOCS_INSTRUCTIONS = "You are a helpful assistant. Be brief. There are no documents to search."
+
+
+class PromptTooLong(ValueError):
+    """The conversation alone does not fit the model's context (``tokens`` of ``n_ctx``)."""
+
+    def __init__(self, tokens: int, n_ctx: int) -> None:
+        super().__init__(f"the messages are {tokens} tokens; the model's context holds {n_ctx}")
+        self.tokens, self.n_ctx = tokens, n_ctx
 
 
 def sources_block(hits: Sequence[Hit]) -> str:
@@ -88,110 +104,163 @@ def apply_policy(result: AnswerResult, on_unsupported: str, why: str = "") -> An
 
 
 def checked_result(text: str, mode: str, evidence: AnswerEvidence, retrieved: Sequence[ChunkLike], stats: AnswerStats,
-                   searched: str, on_unsupported: str, drafts: Sequence[GroundedDraft] = ()) -> AnswerResult:
+                   searched: str, on_unsupported: str, extras: ModeExtras | None = None,
+                   notes: Sequence[str] = ()) -> AnswerResult:
     """The AnswerResult of a checked answer: the citations are the chunks its evidence cites, in order
     of first use; the other retrieved chunks are listed apart (also searched); the policy decides
     what an unsupported answer gets (``apply_policy``)."""
     citations, also = split_citations(evidence, retrieved)
     result = AnswerResult(text=text, mode=mode, citations=citations, supported=evidence.supported, stats=stats,
-                          searched=searched, drafts=list(drafts), also_searched=also, evidence=evidence)
+                          searched=searched, extras=extras, also_searched=also, evidence=evidence, notes=list(notes))
     return apply_policy(result, on_unsupported)
 
 
 @dataclass
-class Retrieval:
-    """The chunks found for one question, and how they were found."""
+class Found:
+    """What the document search found for one question, and how."""
 
     hits: list[Hit]
     searched: str  # in words: what was searched, where, and how much was found
-    stats: RetrievalStats
+    stats: SearchStats
 
 
-@dataclass
-class RasdState:
-    """Where the Speedup decoder lives between answers. What it learns (acceptance calibration,
-    the draft bandit, the probe schedule) carries over to the next answer: give every Answerer of
-    one (model, draft) pair the same RasdState."""
+@dataclass(frozen=True)
+class AnswerConfig:
+    """The settings every answer shares, and the modes' own configs (they reach the modes from the
+    app's ``AppConfig``): the decoder's, Grounded's, the evidence check's and the follow-up search's."""
 
-    decoder: RasdDecoder | None = None
-
-
-@dataclass
-class Answerer:
-    """The models and indexes one answer needs.
-
-    engine: the target model. index: the default collection's index (None: answer without
-    documents). verifier: Grounded mode's verifier (default: the engine scores its own drafts).
-    rasd_draft: the Speedup draft model (same vocabulary as the engine), or None.
-    """
-
-    engine: Engine
-    index: DocumentIndex | None
-    verifier: Engine | None = None
-    rasd_draft: Backend | None = None
-    rasd_config: RasdConfig = field(default_factory=RasdConfig)
-    grounded_config: GroundedConfig = field(default_factory=GroundedConfig)
-    instructions: str = RAG_INSTRUCTIONS
-    rasd_state: RasdState = field(default_factory=RasdState)
-    evidence_config: EvidenceConfig = field(default_factory=EvidenceConfig)
+    rasd: RasdConfig = field(default_factory=RasdConfig)
+    grounded: GroundedConfig = field(default_factory=GroundedConfig)
+    evidence: EvidenceConfig = field(default_factory=EvidenceConfig)
     followup: FollowupConfig = field(default_factory=FollowupConfig)
-    aligner: EvidenceAligner | None = None  # made on first use with the index's embedder; share one across answers
-    _indexes: dict[str, DocumentIndex] = field(default_factory=dict, repr=False)
-    _pipeline: GroundedPipeline | None = field(default=None, repr=False)
+    instructions: str = RAG_INSTRUCTIONS
 
-    # ------------------------------------------------------------ retrieval
+
+class ModelHub:
+    """The models loaded beside the target, by name, each loaded on first use and kept: a Speedup
+    draft (a bare backend, its vocabulary checked against the target's) or a Grounded drafter or
+    verifier (an engine with its chat layout). The target itself is never loaded twice: asking for
+    its name gives the target. The loaders are injectable (tests use fakes).
+
+    ``default_draft()`` is the registry's draft model for the target (the 0.5B for the Qwen 1.5B),
+    or None when the registry pairs none with it."""
+
+    def __init__(self, target: Engine, load_engine: Callable[[ModelConfig], Engine] = Engine.load,
+                 load_draft: Callable[[Backend, str], Backend] = load_draft) -> None:
+        self.target = target
+        self._load_engine = load_engine
+        self._load_draft = load_draft
+        self._engines: dict[str, Engine] = {}
+        self._drafts: dict[str, Backend] = {}
+
+    def default_draft(self) -> str | None:
+        paired = drafts_for(self.target.model_name)
+        return paired[0] if paired else None
+
+    def engine(self, name: str, config: ModelConfig | None = None) -> Engine:
+        """The engine of model ``name`` (``config``: how to load it; default: like the target)."""
+        if name == self.target.model_name:
+            return self.target
+        if name not in self._engines:
+            base = self.target.backend.config
+            self._engines[name] = self._load_engine(config or ModelConfig(
+                model=name, n_ctx=base.n_ctx, n_gpu_layers=base.n_gpu_layers, n_threads=base.n_threads))
+        return self._engines[name]
+
+    def draft(self, name: str) -> Backend:
+        """A draft backend for the target (raises ModelError, OSError, ... when it cannot be one)."""
+        if name not in self._drafts:
+            self._drafts[name] = self._load_draft(self.target.backend, name)
+        return self._drafts[name]
+
+    def close(self) -> None:
+        for engine in self._engines.values():
+            engine.close()
+        for backend in self._drafts.values():
+            backend.close()
+        self._engines.clear()
+        self._drafts.clear()
+
+
+class Answerer:
+    """What every mode shares: the target, the indexes, the models beside the target, the search,
+    the prompt and the check (the module docstring). ``indexes``: every collection's (an IndexSet),
+    or one index alone (its collection is the default); None: no documents at all."""
+
+    def __init__(self, engine: Engine, indexes: IndexSet | DocumentIndex | None = None,
+                 models: ModelHub | None = None, config: AnswerConfig | None = None) -> None:
+        self.engine = engine
+        self.indexes = IndexSet.of(indexes) if isinstance(indexes, DocumentIndex) else indexes
+        self.models = models or ModelHub(engine)
+        self.config = config or AnswerConfig()
+        self._aligner: EvidenceAligner | None = None
+        self._runtimes: dict[tuple, object] = {}
+
+    # ------------------------------------------------------------ a mode's own parts
+    def runtime(self, key: tuple, make: Callable[[], T]) -> T:
+        """What a mode keeps between answers (``key`` starts with its id), made on first use."""
+        if key not in self._runtimes:
+            self._runtimes[key] = make()
+        return self._runtimes[key]
+
+    # ------------------------------------------------------------ search
     def index_for(self, collection: str | None) -> DocumentIndex | None:
-        """The index of ``collection`` (sharing the loaded embedder), or the default one."""
-        if self.index is None or collection is None or collection == self.index.config.collection:
-            return self.index
-        if collection not in self._indexes:
-            self._indexes[collection] = DocumentIndex(self.index.config.with_(collection=collection),
-                                                      embedder=self.index.embedder)
-        return self._indexes[collection]
+        """The index of ``collection`` (None: the default collection); None without indexes."""
+        return self.indexes.get(collection) if self.indexes is not None else None
 
     def search_query(self, question: str, history: Sequence[dict]) -> str:
         """What to search for ``question`` asked after ``history``: the question, with the earlier
         questions' key terms when it follows up on them (``localrag.rag.followup``)."""
-        return search_query(question, history, self.followup)
+        return search_query(question, history, self.config.followup)
 
-    def retrieve(self, query: str, k: int, collection: str | None = None) -> Retrieval:
+    def search(self, query: str, k: int, collection: str | None = None) -> Found:
         """The top ``k`` chunks for ``query`` (a question, or a follow-up's ``search_query``)."""
         index = self.index_for(collection)
         t0 = time.perf_counter()
         if index is None:
-            return Retrieval([], f'no document index: "{query}" was not searched; answered without documents',
-                             RetrievalStats(query=query, k=k, note="no index"))
+            return Found([], f'no document index: "{query}" was not searched; answered without documents',
+                         SearchStats(query=query, k=k, note="no index"))
         name = index.config.collection
         hits = index.search(query, k)
         searched = f'searched "{query}" in collection "{name}" (top {k}): {len(hits)} chunks found'
         note = "" if hits else "the index is empty or nothing matched; answered without documents"
-        stats = RetrievalStats(query=query, collection=name, k=k, n_chunks=len(hits),
-                               seconds=time.perf_counter() - t0, note=note)
-        return Retrieval(hits, searched, stats)
+        return Found(hits, searched, SearchStats(query=query, collection=name, k=k, n_chunks=len(hits),
+                                                 seconds=time.perf_counter() - t0, note=note))
 
-    # ------------------------------------------------------------ prompts and decoders
-    def fit_messages(self, msgs: list[dict], gen: GenerationConfig) -> list[dict]:
-        """Drop the oldest history turns until prompt + max_tokens fits the context window."""
-        budget = self.engine.backend.n_ctx - gen.max_tokens - 8
+    # ------------------------------------------------------------ prompts
+    def rag_prompt(self, question: str, hits: Sequence[Hit], history: Sequence[dict],
+                   gen: GenerationConfig) -> list[int]:
+        """The standard-RAG prompt, tokenized, fitted to the context (``fit_prompt``)."""
+        return self.fit_prompt(rag_messages(question, hits, history, self.config.instructions), gen)
+
+    def fit_prompt(self, msgs: Sequence[dict], gen: GenerationConfig) -> list[int]:
+        """``msgs`` (a system turn first) tokenized, with the oldest history turns dropped until the
+        prompt leaves room for ``gen.max_tokens``."""
         msgs = list(msgs)
-        while len(msgs) > 2 and len(self.engine.encode_prompt(self.engine.prompt.render(msgs))) > budget:
+        budget = self.engine.backend.n_ctx - gen.max_tokens - CONTEXT_MARGIN
+        tokens = self.engine.chat_tokens(msgs)
+        while len(msgs) > 2 and len(tokens) > budget:
             del msgs[1]  # oldest history turn (index 0 is the system turn)
-        return msgs
+            tokens = self.engine.chat_tokens(msgs)
+        return tokens
 
-    def rasd_decoder(self, documents: Sequence[str]) -> RasdDecoder:
-        """The Speedup decoder (built once per RasdState), its datastore holding `documents`."""
-        if self.rasd_state.decoder is None:
-            self.rasd_state.decoder = RasdDecoder(self.engine.backend, self.rasd_config, draft=self.rasd_draft)
-        self.rasd_state.decoder.set_documents(documents)
-        return self.rasd_state.decoder
+    def chat_prompt(self, messages: Sequence[dict], gen: GenerationConfig) -> tuple[list[int], GenerationConfig]:
+        """A conversation laid out exactly as given (no sources, no instructions of ours), tokenized
+        once, and ``gen`` with its max_tokens capped at the room left; PromptTooLong when the
+        messages alone fill the context."""
+        tokens = self.engine.chat_tokens([dict(m) for m in messages])
+        room = self.engine.backend.n_ctx - len(tokens) - CONTEXT_MARGIN
+        if room < 1:
+            raise PromptTooLong(len(tokens), self.engine.backend.n_ctx)
+        return tokens, gen.with_(max_tokens=min(gen.max_tokens, room))
 
     # ------------------------------------------------------------ the check
     def evidence_aligner(self) -> EvidenceAligner:
-        """The aligner every mode checks its answers with, on the index's already-loaded embedder."""
-        if self.aligner is None:
-            embedder = self.index.embedder if self.index is not None else None
-            self.aligner = EvidenceAligner(embedder, config=self.evidence_config)
-        return self.aligner
+        """The aligner every mode checks its answers with, on the indexes' already-loaded embedder."""
+        if self._aligner is None:
+            embedder = self.indexes.embedder() if self.indexes is not None else None
+            self._aligner = EvidenceAligner(embedder, config=self.config.evidence)
+        return self._aligner
 
     def check(self, text: str, question: str, chunks: Sequence[ChunkLike],
               copied: Sequence[CopiedSpan] = ()) -> AnswerEvidence:
@@ -199,9 +268,6 @@ class Answerer:
         spans the decoder copied from them (Speedup), checked against the alignment and kept with it."""
         return self.evidence_aligner().align(text, chunks, question=question, copied=copied)
 
-    @property
-    def grounded_pipeline(self) -> GroundedPipeline:
-        if self._pipeline is None:
-            self._pipeline = GroundedPipeline(self.engine, self.verifier or self.engine, self.grounded_config,
-                                              aligner=self.evidence_aligner())
-        return self._pipeline
+    def close(self) -> None:
+        """Close the models loaded beside the target (the target and the indexes belong to the caller)."""
+        self.models.close()

@@ -4,7 +4,7 @@ Every knob the engine reads lives here, as an immutable value passed down
 explicitly. There are no module-level settings: build a config, hand it over.
 
     from localrag.config import ModelConfig, GenerationConfig
-    cfg = ModelConfig(model="smollm2-135m-instruct", n_ctx=4096)
+    cfg = ModelConfig(model="qwen2.5-coder-1.5b-instruct", n_ctx=4096)
 """
 
 from __future__ import annotations
@@ -13,7 +13,9 @@ import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-DEFAULT_MODEL = "smollm2-135m-instruct"
+# The default answer model: Qwen2.5-Coder-1.5B-Instruct, with its 0.5B sibling as the registry's
+# draft model for Speedup and Grounded (localrag.models). SmolLM2-135M is the small, fast choice.
+DEFAULT_MODEL = "qwen2.5-coder-1.5b-instruct"
 
 
 def repo_root() -> Path:
@@ -45,7 +47,7 @@ def default_models_dir() -> Path:
 class ModelConfig:
     """How to load one model.
 
-    model: a registry name (``smollm2-135m-instruct``), a ``.gguf`` path, or a
+    model: a registry name (``qwen2.5-coder-1.5b-instruct``), a ``.gguf`` path, or a
     local Hugging Face model folder.
     n_gpu_layers: -1 offloads every layer when the llama.cpp build supports a
     GPU (CUDA/Metal); 0 keeps everything on the CPU.
@@ -109,26 +111,6 @@ class GenerationConfig:
 
 
 @dataclass(frozen=True)
-class AppConfig:
-    """Everything the launcher hands to the UI."""
-
-    host: str = "127.0.0.1"
-    port: int = 7860
-    share: bool = False
-    model: ModelConfig = field(default_factory=ModelConfig)
-    data_dir: Path = field(default_factory=default_data_dir)
-    index_dir: Path = field(default_factory=default_index_dir)
-    max_waiting: int = 8  # requests that may wait for the model; past it they are refused (HTTP 429)
-    api: bool = True  # serve the HTTP API and MCP tools beside the UI
-    api_key: str | None = None  # when set, every API and MCP call must carry it (LOCALRAG_API_KEY)
-
-    @property
-    def upload_temp_dir(self) -> Path:
-        """Where Gradio receives uploads (GRADIO_TEMP_DIR) before they are staged and ingested."""
-        return Path(self.data_dir) / "tmp"
-
-
-@dataclass(frozen=True)
 class GroundedConfig:
     """Speculative RAG (docs/design.md, "Grounded"; arXiv 2407.08223): n retrieved chunks, k clusters
     (= chunks per draft), m drafts. Scores are natural-log; see ``localrag.grounded.pipeline``.
@@ -152,7 +134,6 @@ class GroundedConfig:
     turn before the real question; None = instructions only.
     """
 
-    verifier: str = "gemma3-270m"  # registry name or path of the verifier model (any vocabulary)
     n: int = 10
     k: int = 2
     m: int = 5

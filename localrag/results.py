@@ -8,17 +8,22 @@ the API, the benchmarks) can hold these values without import cycles. Each class
     result = mode.answer(answerer, AnswerRequest("What does the contract say?"))
     result.citations[0].label           # "contract.pdf p.3"
     result.stats.generation.decode_tps  # tokens/s of the decode
-    result.stats.generation.decoder     # RasdStats in Speedup mode, else None
+    result.stats.generation.decoder     # the decoder's DecoderStats (Speedup: its RasdStats), else None
+    result.extras                       # the mode's own record (Grounded: its drafts), else None
     json.dumps(result.to_dict())
+
+No type here names a mode: a decoder's stats subclass ``DecoderStats`` and a mode's extras subclass
+``ModeExtras``, each registered under its ``kind`` (``register``) so a stored answer is read back as
+the type that wrote it.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 
-def _known(cls: type, data: dict) -> dict:
+def known_fields(cls: type, data: dict) -> dict:
     """The entries of ``data`` that are fields of dataclass ``cls``."""
     names = {f.name for f in fields(cls)}
     return {k: v for k, v in data.items() if k in names}
@@ -63,67 +68,112 @@ class Citation:
 
     @classmethod
     def from_dict(cls, data: dict) -> Citation:
-        d = {f.name: None for f in fields(cls)} | _known(cls, data)
+        d = {f.name: None for f in fields(cls)} | known_fields(cls, data)
         return cls(**{**d, "file": d["file"] or "", "snippet": d["snippet"] or "", "text": d["text"] or "",
                       "chunk_id": d["chunk_id"] or "", "label": d["label"] or ""})
 
 
-# --------------------------------------------------------------------------- Grounded drafts
+# --------------------------------------------------------------------------- statistics
+_KINDS: dict[str, type] = {}
+
+
+def register(cls: type) -> type:
+    """Class decorator: a ``DecoderStats`` or ``ModeExtras`` subclass, read back by its ``kind``."""
+    _KINDS[f"{cls.family}:{cls.kind}"] = cls
+    return cls
+
+
+def _read(family: str, data: dict, default_kind: str):
+    """The registered record of ``data["kind"]`` (rows written before kinds existed: ``default_kind``)."""
+    kind = data.get("kind") or default_kind
+    cls = _KINDS.get(f"{family}:{kind}") or _KINDS[f"{family}:{family}"]
+    return cls.from_dict(data)
+
+
 @dataclass
-class GroundedDraft:
-    """One Grounded-mode (Speculative RAG) draft and its scores, all natural-log
-    (see ``localrag.grounded.scoring``).
+class DecoderStats:
+    """What a decoding strategy did for one answer: steps (target forwards), the tokens they emitted,
+    tokens per step and the speedup over plain decoding it estimates. A strategy with more to say
+    subclasses it (``register``, a ``kind`` of its own); ``GenerationStats.decoder`` holds any."""
 
-    draft_logprob: log P(rationale) + log P(answer | rationale) under the drafter (sum over tokens).
-    consistency: the verifier's sum of log p over the answer + rationale tokens.
-    reflection: the verifier's log p("Yes") after the self-reflection question.
-    score: the length-normalised combination used for selection.
-    """
-
-    answer: str
-    rationale: str
-    citations: list[Citation]
-    draft_logprob: float
-    consistency: float
-    reflection: float
-    score: float
-    n_draft_tokens: int = 0
-    n_verify_tokens: int = 0
-    subset: tuple[int, ...] = ()  # indices into the retrieved chunks
-    dropped: str = ""  # why this draft cannot be the answer ("" when it can): its answer never ended
+    family: ClassVar[str] = "decoder"
+    kind: ClassVar[str] = "decoder"
+    steps: int = 0
+    tokens: int = 0  # emitted, bonus tokens included
+    accepted_per_step: list[int] = field(default_factory=list)  # tokens emitted by each step (plotted)
+    mean_accepted: float = 0.0  # tokens per target forward, bonus included
+    speedup_vs_plain: float = 0.0  # the strategy's own estimate against plain decoding
 
     def to_dict(self) -> dict:
-        d = asdict(self)
-        d["subset"] = list(self.subset)
-        return d
+        return {"kind": self.kind, **asdict(self)}
 
     @classmethod
-    def from_dict(cls, data: dict) -> GroundedDraft:
-        nan = float("nan")
-        d = {"answer": "", "rationale": "", "draft_logprob": nan, "consistency": nan, "reflection": nan,
-             "score": nan} | _known(cls, data)
-        d["citations"] = [Citation.from_dict(c) for c in d.get("citations") or []]
-        d["subset"] = tuple(d.get("subset") or ())
-        return cls(**d)
+    def from_dict(cls, data: dict) -> DecoderStats:
+        return cls(**known_fields(cls, data))
+
+    @staticmethod
+    def read(data: dict) -> DecoderStats:
+        return _read("decoder", data, default_kind="rasd")  # a row without a kind was Speedup's
 
 
-# --------------------------------------------------------------------------- statistics
 @dataclass
-class RasdStats:
-    """What the RASD decoder did for one answer (``localrag.rasd.loop``).
+class ModeExtras:
+    """What a mode adds to its answers beside the shared fields (Grounded: its drafts and phases).
+    A mode defines its subclass (``register``, a ``kind`` of its own); the UI shows ``panel()``
+    collapsed under the answer and ``stats_parts()`` in its stats line, knowing no mode."""
+
+    family: ClassVar[str] = "extras"
+    kind: ClassVar[str] = "extras"
+
+    def panel(self) -> tuple[str, str] | None:
+        """(title, Markdown body) of a collapsed panel under the answer; None: no panel."""
+        return None
+
+    def stats_parts(self, stats: AnswerStats) -> list[str]:
+        """Pieces of the answer's stats line ("5 drafts", "draft 2.10 s"), given its AnswerStats."""
+        return []
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, **asdict(self)}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> ModeExtras:
+        return cls(**known_fields(cls, data))
+
+    @staticmethod
+    def read(data: dict) -> ModeExtras:
+        return _read("extras", data, default_kind="extras")
+
+    @staticmethod
+    def stored(data: dict) -> ModeExtras | None:
+        """The extras of a stored answer (an ``AnswerResult`` dict or a chat history payload). One
+        stored before modes had extras kept Grounded's drafts and phase times in shared fields."""
+        extras, grounded = data.get("extras"), (data.get("stats") or {}).get("grounded")
+        if extras is None and (data.get("drafts") or grounded):
+            extras = {"kind": "grounded", **(grounded or {}), "drafts": data.get("drafts") or []}
+        return ModeExtras.read(extras) if extras else None
+
+
+register(DecoderStats)
+register(ModeExtras)
+
+
+@register
+@dataclass
+class RasdStats(DecoderStats):
+    """What the RASD decoder did for one answer (``localrag.rasd.loop``), beside DecoderStats' own
+    fields (steps, tokens, accepted_per_step, mean_accepted, speedup_vs_plain).
 
     Counters are filled step by step; the summary fields at the end by ``finish``.
     A step is one target forward: a tree step verifies drafted nodes, a plain step one token."""
 
-    steps: int = 0
+    kind: ClassVar[str] = "rasd"
     spec_steps: int = 0  # tree steps
     plain_steps: int = 0  # steps where speculation did not pay
     probe_steps: int = 0  # tree steps forced to re-test acceptance
     draft_steps: int = 0  # steps that ran the draft model
-    tokens: int = 0  # emitted, bonus tokens included
     drafted_by_source: dict[str, int] = field(default_factory=dict)  # verified nodes: draft/retrieval/both
     accepted_by_source: dict[str, int] = field(default_factory=dict)
-    accepted_per_step: list[int] = field(default_factory=list)  # tokens emitted by each step (plotted)
     tree_sizes: list[int] = field(default_factory=list)  # drafted nodes verified by each tree step
     time_prefill_s: float = 0.0  # the decoder's share of the prompt prefill (draft prefill, suffix index)
     time_retrieve_s: float = 0.0
@@ -132,12 +182,11 @@ class RasdStats:
     time_plain_s: float = 0.0
     lookup_ms_max: float = 0.0
     # summary (``finish``)
-    mean_accepted: float = 0.0  # tokens per target forward, bonus included
     acceptance_by_source: dict[str, float] = field(default_factory=dict)
     lookup_ms_mean: float = 0.0
     t1_ms: float = 0.0  # one plain forward during this answer (how: speedup_method)
-    decode_busy_s: float = 0.0  # every step, proposing and drafting included
-    speedup_vs_plain: float = 0.0  # tokens x t1 / busy time: an estimate, see ``RasdDecoder._plain_token_s``
+    decode_busy_s: float = 0.0  # every step, proposing and drafting included (speedup_vs_plain: tokens x t1
+    # over this busy time, an estimate, see ``RasdDecoder._plain_token_s``)
     # how t1 was found: "plain steps" (the median of this answer's own plain forwards) or "cost curve"
     # (its tree steps' verify times scaled by the measured curve's T(1)/T(k))
     speedup_method: str = ""
@@ -156,13 +205,7 @@ class RasdStats:
         return max(self.tree_sizes, default=0)
 
     def to_dict(self) -> dict:
-        d = asdict(self)
-        d.update(tree_size_mean=self.tree_size_mean, tree_size_max=self.tree_size_max)
-        return d
-
-    @classmethod
-    def from_dict(cls, data: dict) -> RasdStats:
-        return cls(**_known(cls, data))
+        return {**super().to_dict(), "tree_size_mean": self.tree_size_mean, "tree_size_max": self.tree_size_max}
 
 
 @dataclass
@@ -176,7 +219,7 @@ class GenerationStats:
     prefill_seconds: float = 0.0
     decode_seconds: float = 0.0
     stop_reason: str = ""  # eog | stop | length | repetition | cancelled (the asker stopped it)
-    decoder: RasdStats | None = None  # the speculative decoder's own stats (Speedup mode)
+    decoder: DecoderStats | None = None  # the decoding strategy's own stats (None: plain decoding)
 
     @property
     def prefill_tps(self) -> float:
@@ -199,14 +242,14 @@ class GenerationStats:
 
     @classmethod
     def from_dict(cls, data: dict) -> GenerationStats:
-        d = _known(cls, data)
-        d["decoder"] = RasdStats.from_dict(d["decoder"]) if d.get("decoder") else None
+        d = known_fields(cls, data)
+        d["decoder"] = DecoderStats.read(d["decoder"]) if d.get("decoder") else None
         return cls(**d)
 
 
 @dataclass
-class RetrievalStats:
-    """The search behind one answer."""
+class SearchStats:
+    """The document search behind one answer."""
 
     query: str = ""
     collection: str | None = None
@@ -220,28 +263,8 @@ class RetrievalStats:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict) -> RetrievalStats:
-        return cls(**_known(cls, data))
-
-
-@dataclass
-class GroundedStats:
-    """Grounded mode's phases (``localrag.grounded.pipeline``)."""
-
-    cluster_s: float = 0.0
-    draft_s: float = 0.0
-    verify_s: float = 0.0
-    n_drafts: int = 0
-    draft_tokens: int = 0
-    threshold: float = 0.0
-    unsupported_reason: str = ""
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> GroundedStats:
-        return cls(**_known(cls, data))
+    def from_dict(cls, data: dict) -> SearchStats:
+        return cls(**known_fields(cls, data))
 
 
 @dataclass
@@ -250,24 +273,21 @@ class AnswerStats:
 
     mode: str = ""
     total_s: float = 0.0
-    retrieval: RetrievalStats = field(default_factory=RetrievalStats)
-    generation: GenerationStats | None = None  # Plain / Speedup
-    grounded: GroundedStats | None = None  # Grounded
-    setup_s: float = 0.0  # mode set-up before decoding (Speedup: the retrieval datastore)
+    search: SearchStats = field(default_factory=SearchStats)
+    generation: GenerationStats | None = None  # None: the mode wrote its answer another way (Grounded)
+    setup_s: float = 0.0  # mode set-up before decoding (Speedup: the token datastore)
     waited_s: float = 0.0  # time spent queued behind other requests before this answer started
 
     def to_dict(self) -> dict:
-        return {"mode": self.mode, "total_s": self.total_s, "retrieval": self.retrieval.to_dict(),
+        return {"mode": self.mode, "total_s": self.total_s, "search": self.search.to_dict(),
                 "generation": self.generation.to_dict() if self.generation is not None else None,
-                "grounded": self.grounded.to_dict() if self.grounded is not None else None,
                 "setup_s": self.setup_s, "waited_s": self.waited_s}
 
     @classmethod
     def from_dict(cls, data: dict) -> AnswerStats:
-        d = _known(cls, data)
-        d["retrieval"] = RetrievalStats.from_dict(d.get("retrieval") or {})
+        d = known_fields(cls, data)
+        d["search"] = SearchStats.from_dict(data.get("search") or data.get("retrieval") or {})  # (its old name)
         d["generation"] = GenerationStats.from_dict(d["generation"]) if d.get("generation") else None
-        d["grounded"] = GroundedStats.from_dict(d["grounded"]) if d.get("grounded") else None
         return cls(**d)
 
 
@@ -288,7 +308,7 @@ class CopiedSpan:
 
     @classmethod
     def from_dict(cls, data: dict) -> CopiedSpan:
-        return cls(**_known(cls, data))
+        return cls(**known_fields(cls, data))
 
 
 @dataclass(frozen=True)
@@ -308,7 +328,7 @@ class EvidenceSpan:
 
     @classmethod
     def from_dict(cls, data: dict) -> EvidenceSpan:
-        d = {"page": None, "line_start": None, "line_end": None, "file": ""} | _known(cls, data)
+        d = {"page": None, "line_start": None, "line_end": None, "file": ""} | known_fields(cls, data)
         return cls(**d)
 
 
@@ -327,7 +347,7 @@ class Signals:
 
     @classmethod
     def from_dict(cls, data: dict) -> Signals:
-        d = {"exact": 0.0, "overlap": 0.0, "embedding": None} | _known(cls, data)
+        d = {"exact": 0.0, "overlap": 0.0, "embedding": None} | known_fields(cls, data)
         return cls(**{**d, "missing": tuple(d.get("missing") or ())})
 
 
@@ -370,7 +390,7 @@ class AlignmentStats:
 
     @classmethod
     def from_dict(cls, data: dict) -> AlignmentStats:
-        return cls(**({"seconds": 0.0} | _known(cls, data)))
+        return cls(**({"seconds": 0.0} | known_fields(cls, data)))
 
 
 @dataclass(frozen=True)
@@ -406,7 +426,7 @@ class AnswerEvidence:
 
     @classmethod
     def from_dict(cls, data: dict) -> AnswerEvidence:
-        d = _known(cls, data)
+        d = known_fields(cls, data)
         return cls(**{**d, "sentences": tuple(SentenceEvidence.from_dict(s) for s in d.get("sentences") or ()),
                       "score": float(d.get("score", 0.0)), "supported": bool(d.get("supported", False)),
                       "cited": tuple(d.get("cited") or ()), "also_searched": tuple(d.get("also_searched") or ()),
@@ -453,11 +473,12 @@ class AnswerResult:
     supported: bool  # the answer's support reached the calibrated threshold
     stats: AnswerStats
     searched: str  # what was searched (query, collection, k), in words
-    drafts: list[GroundedDraft] = field(default_factory=list)  # Grounded mode: every draft, best first
+    extras: ModeExtras | None = None  # what the mode adds (Grounded: every draft, best first)
     also_searched: list[Citation] = field(default_factory=list)  # retrieved chunks that support nothing
     evidence: AnswerEvidence | None = None  # per sentence: its supporting spans, score, supported
     refusal: str = ""  # refused: the message shown instead of the text ('' when the text is the answer)
     on_unsupported: str = "warn"  # the policy applied: warn | refuse
+    notes: list[str] = field(default_factory=list)  # what the mode could not use, and why (a draft model)
 
     @property
     def refused(self) -> bool:
@@ -469,7 +490,8 @@ class AnswerResult:
                 "citations": [c.to_dict() for c in self.citations],
                 "also_searched": [c.to_dict() for c in self.also_searched],
                 "evidence": self.evidence.to_dict() if self.evidence is not None else None,
-                "drafts": [d.to_dict() for d in self.drafts], "stats": self.stats.to_dict()}
+                "extras": self.extras.to_dict() if self.extras is not None else None, "notes": list(self.notes),
+                "stats": self.stats.to_dict()}
 
     @classmethod
     def from_dict(cls, data: dict) -> AnswerResult:
@@ -478,7 +500,7 @@ class AnswerResult:
                    citations=[Citation.from_dict(c) for c in data.get("citations") or []],
                    supported=bool(data.get("supported", False)),
                    stats=AnswerStats.from_dict(data.get("stats") or {}), searched=data.get("searched") or "",
-                   drafts=[GroundedDraft.from_dict(d) for d in data.get("drafts") or []],
-                   also_searched=[Citation.from_dict(c) for c in data.get("also_searched") or []],
+                   extras=ModeExtras.stored(data), also_searched=[Citation.from_dict(c) for c in data.get("also_searched") or []],
                    evidence=AnswerEvidence.from_dict(evidence) if evidence else None,
-                   refusal=data.get("refusal") or "", on_unsupported=data.get("on_unsupported") or "warn")
+                   refusal=data.get("refusal") or "", on_unsupported=data.get("on_unsupported") or "warn",
+                   notes=list(data.get("notes") or []))

@@ -21,7 +21,7 @@ def smollm2():
     """The bundled default model in our llama.cpp backend (2 threads, 4k context)."""
     from localrag.backends.llamacpp import LlamaCppBackend
 
-    be = LlamaCppBackend(ModelConfig(n_ctx=4096))
+    be = LlamaCppBackend(ModelConfig(model="smollm2-135m-instruct", n_ctx=4096))
     yield be
     be.close()
 

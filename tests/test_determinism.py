@@ -28,7 +28,7 @@ CHEAP = CostModel.linear()
 def second_smollm2():
     """Another context of the bundled model (another cache size): a fresh reference, and a draft
     model of the same vocabulary."""
-    engine = Engine(LlamaCppBackend(ModelConfig(n_ctx=6144)))
+    engine = Engine(LlamaCppBackend(ModelConfig(model="smollm2-135m-instruct", n_ctx=6144)))
     yield engine
     engine.close()
 
@@ -130,7 +130,7 @@ def _first_logits(be: LlamaCppBackend, prompt: list[int]) -> np.ndarray:
 
 
 def test_thread_count_does_not_change_logits(smollm2):
-    one = LlamaCppBackend(ModelConfig(n_ctx=2048, n_threads=1))
+    one = LlamaCppBackend(ModelConfig(model="smollm2-135m-instruct", n_ctx=2048, n_threads=1))
     try:
         prompt = smollm2.tokenize("Lists are useful because they keep order. " * 40, add_special=True)
         smollm2.reset()

@@ -20,13 +20,15 @@ from pathlib import Path
 import pytest
 
 from localrag.answer import Answerer
+from localrag.app.config import AppConfig
+from localrag.app.services import Services
 from localrag.bench.followup import make_case
-from localrag.config import AppConfig, GenerationConfig, GroundedConfig
+from localrag.config import GenerationConfig
 from localrag.modes import AnswerRequest, get_mode
 from localrag.rag import DocumentIndex, IndexConfig
 from localrag.rag.followup import FollowupConfig, HistoryError, key_terms, parse_history, search_query
 from localrag.ui.handlers import ChatController
-from localrag.ui.services import Services, Settings
+from localrag.ui.settings import Settings
 from tests.sample_docs import write_sample_docs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -104,13 +106,14 @@ def test_the_corpus_needs_the_conversation(index):
     assert names(index.search(search_query(FOLLOWUP, HISTORY), 1)) == ["zephyr.md"]
 
 
-@pytest.mark.parametrize("mode", ["plain", "rasd"])
+@pytest.mark.parametrize("mode", ["plain", "speedup"])
 def test_the_modes_search_a_follow_up_with_the_conversation(smollm2_engine, index, mode):
     """What the UI and the API run: the mode, given the earlier turns, searches with their key terms
     (and a question without history is searched as asked)."""
     answerer = Answerer(smollm2_engine, index)
-    alone = get_mode(mode).answer(answerer, AnswerRequest(FOLLOWUP, gen=SHORT, k=1))
-    followed = get_mode(mode).answer(answerer, AnswerRequest(FOLLOWUP, HISTORY, gen=SHORT, k=1))
+    k1 = get_mode(mode).options({"k": 1})
+    alone = get_mode(mode).answer(answerer, AnswerRequest(FOLLOWUP, gen=SHORT, options=k1))
+    followed = get_mode(mode).answer(answerer, AnswerRequest(FOLLOWUP, HISTORY, gen=SHORT, options=k1))
     assert names(alone.citations + alone.also_searched) == ["garden.txt"]
     assert f'searched "{FOLLOWUP}" in' in alone.searched
     assert names(followed.citations + followed.also_searched) == ["zephyr.md"]
@@ -118,14 +121,16 @@ def test_the_modes_search_a_follow_up_with_the_conversation(smollm2_engine, inde
 
 
 def test_grounded_mode_searches_a_follow_up_with_the_conversation(smollm2_engine, index):
-    answerer = Answerer(smollm2_engine, index, grounded_config=GroundedConfig(n=1, k=1, m=1))
-    result = get_mode("grounded").answer(answerer, AnswerRequest(FOLLOWUP, HISTORY, gen=SHORT))
-    assert result.stats.retrieval.query == f"{FOLLOWUP} Zephyr telescope observe sky"
+    answerer = Answerer(smollm2_engine, index)
+    one = get_mode("grounded").options({"n": 1, "clusters": 1, "drafts": 1, "drafter": "target"})
+    result = get_mode("grounded").answer(answerer, AnswerRequest(FOLLOWUP, HISTORY, gen=SHORT, options=one))
+    assert result.stats.search.query == f"{FOLLOWUP} Zephyr telescope observe sky"
     assert f'searched "{FOLLOWUP} Zephyr telescope observe sky" in' in result.searched
 
 
 def test_a_follow_up_in_the_ui_chat_retrieves_the_earlier_topic(smollm2_engine, docs_dir, tmp_path):
-    services = Services(AppConfig(data_dir=tmp_path / "data", index_dir=docs_dir / "index"), engine=smollm2_engine)
+    services = Services(AppConfig(data_dir=tmp_path / "data", index=IndexConfig(index_dir=docs_dir / "index")),
+                        engine=smollm2_engine)
     chat = ChatController(services)
     settings = Settings(collection="docs", k=1, max_tokens=8)
     alone_id = list(chat.respond(None, FOLLOWUP, settings))[-1].chat_id

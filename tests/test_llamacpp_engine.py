@@ -46,7 +46,7 @@ def test_greedy_matches_llama_cpp_python(smollm2_engine):
         from localrag.engine import Engine
 
         # llama-cpp-python's defaults: an f16 V cache, no flash attention (so not deterministic)
-        ours = Engine(LlamaCppBackend(ModelConfig(n_ctx=4096, flash_attn=False, deterministic=False)))
+        ours = Engine(LlamaCppBackend(ModelConfig(model="smollm2-135m-instruct", n_ctx=4096, flash_attn=False, deterministic=False)))
         for text in PROMPTS:
             prompt = ours.encode_prompt(text)
             mine = ours.complete(text, GenerationConfig(max_tokens=24)).run().tokens
@@ -144,7 +144,7 @@ def test_kv_after_commit_equals_fresh_prefill(smollm2):
 
 def test_generate_cli_json():
     out = subprocess.run(
-        [sys.executable, "-m", "localrag", "generate", "--json", "--max-tokens", "16", "The capital of France is"],
+        [sys.executable, "-m", "localrag", "generate", "--json", "--max-tokens", "16", "--model", "smollm2-135m-instruct", "The capital of France is"],
         capture_output=True, text=True, timeout=300,
     )
     assert out.returncode == 0, out.stderr

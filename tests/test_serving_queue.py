@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from localrag.serving import Cancelled, GenerationQueue, GenerationThread, QueueFull, ordinal
+from localrag.app.serving import Cancelled, GenerationQueue, GenerationThread, QueueFull, ordinal
 
 
 def run_in_thread(fn):
@@ -210,10 +210,10 @@ def test_generation_thread_steps_an_iterator_on_its_thread_and_closes_it_there()
         finally:
             closed_on.append(threading.get_ident())
 
-    assert list(generation.steps(numbers())) == [0, 1, 2, 3, 4]
+    assert list(generation.iterate(numbers())) == [0, 1, 2, 3, 4]
     thread = generation.call(threading.get_ident)
     assert set(where) == {thread} and closed_on == [thread] != [threading.get_ident()]
-    stepped = generation.steps(numbers())
+    stepped = generation.iterate(numbers())
     assert next(stepped) == 0
     stepped.close()  # the consumer stops early: the generator is closed on the generation thread
     assert closed_on == [thread, thread]

@@ -6,13 +6,14 @@ message over the collection (its earlier turns as history), exactly as the UI wo
 answer is checked against the documents (computed citations, the evidence of every sentence).
 When the documents do not support it and the request (or the mode) refuses, the content is the
 refusal and the text is kept in ``localrag.unsupported_answer``; in that case nothing is streamed
-before the check. Without a collection, it is plain chat with the model on the client's own
-messages (Speedup mode speculates from the conversation). Either way ``answer_chat`` yields text
-pieces, then one ``ApiAnswer``.
+before the check. Without a collection, the mode answers from the client's own messages, laid out
+as given (``AnswerRequest.documents`` False; Speedup speculates from the conversation, Grounded
+refuses). Either way ``answer_chat`` yields text pieces, then one ``ChatReply``.
 
+    mode = check_request(services, req)              # ApiError 4xx before the turn
     ticket = services.queue.submit("api")
     if services.queue.wait_turn(ticket):
-        for item in answer_chat(services, request, ticket): ...
+        for item in answer_chat(services, req, mode, ticket): ...
     services.queue.release(ticket)
 """
 
@@ -22,17 +23,16 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from localrag.answer import PromptTooLong
 from localrag.api.errors import ApiError
 from localrag.api.schemas import ChatRequest
+from localrag.app.services import LOAD_ERRORS, Services
+from localrag.app.serving import Ticket
 from localrag.evidence import mark_citations
 from localrag.models import ModelError, list_models
-from localrag.modes import AnswerMode, AnswerRequest, get_mode
+from localrag.modes import AnswerMode, AnswerRequest
 from localrag.rag.config import IndexConfig
-from localrag.results import AnswerEvidence, AnswerResult, AnswerStats, Citation, RetrievalStats
-from localrag.serving import Ticket
-from localrag.ui.services import LOAD_ERRORS, Services, Settings
-
-CONTEXT_MARGIN = 8  # tokens kept free at the end of the context
+from localrag.results import AnswerEvidence, AnswerResult, AnswerStats, Citation
 
 
 @dataclass
@@ -69,7 +69,7 @@ class Grounding:
 
 
 @dataclass
-class ApiAnswer:
+class ChatReply:
     """The end of one answer: everything the response needs beside the streamed text."""
 
     text: str  # the streamed pieces, joined
@@ -89,18 +89,24 @@ def model_ids(services: Services) -> list[str]:
 
 
 def check_request(services: Services, req: ChatRequest) -> AnswerMode:
-    """The checks that need no turn: model known (404), mode known (400), collection (400/404)."""
+    """The checks that need no turn: model known (404), mode known and taking the request, its
+    options valid (400), collection (400/404)."""
     loaded = services.engine is not None and req.model == services.engine.model_name
     if not loaded and req.model not in model_ids(services):  # the registry reads GGUF headers: only when needed
         raise ApiError(404, f"model {req.model!r} is not available; GET /v1/models lists the models",
                        code="model_not_found", param="model")
     try:
-        mode = get_mode(req.mode)
+        mode = services.mode(req.mode)
     except ValueError as exc:
         raise ApiError(400, str(exc), param="mode") from None
+    try:
+        request = _request(services, req, mode)
+    except ValueError as exc:
+        raise ApiError(400, f"mode {mode.id}: {exc}", param="options") from None
+    why = mode.refuses(request)
+    if why:
+        raise ApiError(400, why, param="collection" if req.collection is None else "mode")
     if req.collection is None:
-        if mode.id == "grounded":
-            raise ApiError(400, "mode grounded answers from documents: give a collection", param="collection")
         return mode
     try:
         IndexConfig(index_dir=services.config.index_dir, collection=req.collection)
@@ -113,16 +119,25 @@ def check_request(services: Services, req: ChatRequest) -> AnswerMode:
     return mode
 
 
+def _request(services: Services, req: ChatRequest, mode: AnswerMode, ticket: Ticket | None = None) -> AnswerRequest:
+    """The AnswerRequest of a chat request: grounded over its collection (the user and assistant
+    turns as history), or, without one, the whole conversation as given."""
+    grounded = req.collection is not None
+    return services.request(mode.id, req.question, req.history if grounded else req.before_question, req.gen,
+                            req.collection, req.values, cancel=ticket.cancel if ticket is not None else None,
+                            documents=grounded)
+
+
 def answer_chat(services: Services, req: ChatRequest, mode: AnswerMode, ticket: Ticket
-                ) -> Iterator[str | ApiAnswer]:
-    """In the ticket's turn: text pieces, then one ApiAnswer. A cancelled ticket ends the text early."""
+                ) -> Iterator[str | ChatReply]:
+    """In the ticket's turn: text pieces, then one ChatReply. A cancelled ticket ends the text early."""
     t0 = time.perf_counter()
     if services.engine is None or services.engine.model_name != req.model:
         try:
             services.load_model(req.model)
         except LOAD_ERRORS as exc:
             raise ApiError(503, f"model {req.model!r} failed to load: {exc}", code="model_load_failed") from None
-    ok, why = mode.available(services.engine)
+    ok, why = mode.available(services.answerer)
     if not ok:
         raise ApiError(400, f"mode {mode.id} is unavailable: {why}", param="mode")
     # The same greedy request must get the same answer whatever was asked before. A deterministic
@@ -133,79 +148,37 @@ def answer_chat(services: Services, req: ChatRequest, mode: AnswerMode, ticket: 
     # deterministic kernels: a 24-token grounded answer changed its 10th word on a second ask).
     if not services.engine.backend.deterministic:
         services.engine.backend.truncate(0)
-    if req.collection is None:
-        answer = yield from _chat(services, req, mode, ticket)
-    else:
-        answer = yield from _grounded(services, req, mode, ticket)
-    answer.stats.waited_s = ticket.waited_s
-    answer.stats.total_s = time.perf_counter() - t0
-    yield answer
-
-
-def _chat(services: Services, req: ChatRequest, mode: AnswerMode, ticket: Ticket):
-    """Plain chat on the client's messages; Speedup speculates from the conversation itself."""
-    engine = services.engine
-    msgs = [dict(m) for m in req.messages]
-    prompt = engine.chat_tokens(msgs)  # laid out once: its length bounds the answer, then it is prefilled
-    room = engine.backend.n_ctx - len(prompt) - CONTEXT_MARGIN
-    if room < 1:
-        raise ApiError(400, f"the messages are {len(prompt)} tokens; the model's context holds "
-                            f"{engine.backend.n_ctx}", code="context_length_exceeded", param="messages")
-    decoder = None
-    if mode.id == "rasd":
-        answerer, _ = services.answerer(Settings(mode="rasd"))
-        decoder = answerer.rasd_decoder([m["content"] for m in msgs])
-    generation = engine.reply(prompt, req.gen.with_(max_tokens=min(req.gen.max_tokens, room)), decoder=decoder)
-    text = yield from _stream(iter(generation), ticket)
-    if ticket.cancelled:
-        generation.stats.stop_reason = "cancelled"
-    gen = generation.stats
-    stats = AnswerStats(mode=mode.id, retrieval=RetrievalStats(note="no collection: plain chat"), generation=gen)
-    return ApiAnswer(text=text, finish_reason=_finish_reason(gen.stop_reason), stats=stats,
-                     prompt_tokens=gen.prompt_tokens, completion_tokens=gen.generated_tokens)
-
-
-def _grounded(services: Services, req: ChatRequest, mode: AnswerMode, ticket: Ticket):
-    """The registry's mode over the collection, the way the UI answers."""
-    services.ensure_embedder()
-    answerer, notes = services.answerer(Settings(mode=mode.id, collection=req.collection, k=req.k))
-    request = AnswerRequest(req.question, req.history, req.gen, k=req.k, collection=req.collection,
-                            cancel=ticket.cancel, on_unsupported=req.on_unsupported)
-    held = mode.policy(request) == "refuse"  # a refusal replaces the text: nothing is sent before the check
+    request = _request(services, req, mode, ticket)
+    if request.documents:
+        services.ensure_embedder()
+    held = request.documents and mode.policy(request) == "refuse"  # a refusal replaces the text: sent after the check
     pieces, result = [], None
-    for item in mode.stream(answerer, request):
-        if isinstance(item, AnswerResult):
-            result = item
-        elif isinstance(item, str):  # text; AnswerProgress (Grounded's drafting, verifying) is not sent
-            pieces.append(item)
-            if not held:
-                yield item
+    try:
+        for item in mode.stream(services.answerer, request):
+            if isinstance(item, AnswerResult):
+                result = item
+            elif isinstance(item, str):  # text; AnswerProgress (Grounded's drafting, verifying) is not sent
+                pieces.append(item)
+                if not held:
+                    yield item
+    except PromptTooLong as exc:
+        raise ApiError(400, str(exc), code="context_length_exceeded", param="messages") from None
     if result is None:
         raise RuntimeError(f"mode {mode.id} ended without a result")
-    gen = result.stats.generation
     text = result.refusal if result.refused else "".join(pieces)
     if held and text:
         yield text
+    gen = result.stats.generation
     if gen is not None:
         prompt_tokens, completion_tokens, reason = gen.prompt_tokens, gen.generated_tokens, gen.stop_reason
     else:  # Grounded: the chosen draft, written by the drafter
         prompt_tokens, reason = 0, "stop"
         completion_tokens = len(services.engine.backend.tokenize(text, add_special=False, parse_special=False))
-    return ApiAnswer(text=text, finish_reason=_finish_reason(reason), stats=result.stats,
-                     prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
-                     grounding=Grounding.from_result(result), notes=notes)
-
-
-def _stream(pieces: Iterator[str], ticket: Ticket):
-    """Yield the pieces until the end or a cancel; return the text written."""
-    written = []
-    for piece in pieces:
-        written.append(piece)
-        yield piece
-        if ticket.cancelled:
-            pieces.close()
-            break
-    return "".join(written)
+    result.stats.waited_s = ticket.waited_s
+    result.stats.total_s = time.perf_counter() - t0
+    yield ChatReply(text=text, finish_reason=_finish_reason(reason), stats=result.stats, prompt_tokens=prompt_tokens,
+                    completion_tokens=completion_tokens, notes=list(result.notes),
+                    grounding=Grounding.from_result(result) if request.documents else None)
 
 
 def _finish_reason(stop_reason: str) -> str:

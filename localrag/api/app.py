@@ -4,7 +4,7 @@ models, the indexes and the generation queue are the UI's own when both run in o
     app = create_app(services, host="127.0.0.1", api_key=None)   # /v1/... and /mcp
     run(app, "127.0.0.1", 8000)                                    # uvicorn, until Ctrl-C
 
-The UI (``localrag.ui.launch``) mounts the Gradio page on the same app at ``/``.
+The launcher (``localrag.launch``) mounts the Gradio page on the same app at ``/``.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from localrag.api.errors import ApiError, install_error_handlers
 from localrag.api.mcp_tools import build_mcp
 from localrag.api.routes import build_router
-from localrag.ui.services import Services
+from localrag.app.services import Services
 
 PROTECTED = ("/v1", "/mcp")  # the API and MCP routes; the key guards every call to them
 

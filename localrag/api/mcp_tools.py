@@ -13,12 +13,12 @@ from __future__ import annotations
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
-from localrag.api.answering import ApiAnswer, answer_chat, check_request
+from localrag.api.answering import ChatReply, answer_chat, check_request
 from localrag.api.errors import ApiError
 from localrag.api.responses import usage_block
 from localrag.api.schemas import parse_chat
-from localrag.serving import QueueFull
-from localrag.ui.services import DEFAULT_COLLECTION, Services
+from localrag.app.services import DEFAULT_COLLECTION, Services
+from localrag.app.serving import QueueFull
 
 MAX_K = 20
 
@@ -47,7 +47,7 @@ def build_mcp(services: Services) -> MCPServer:
     @server.tool()
     def ask_documents(question: str, collection: str = DEFAULT_COLLECTION, mode: str = "plain") -> dict:
         """Answer `question` from the user's documents in `collection` with the local model.
-        mode: plain (standard RAG), rasd (the same answer, decoded faster) or grounded (drafts
+        mode: plain (standard RAG), speedup (the same answer, decoded faster) or grounded (drafts
         scored by a verifier; says so when the documents do not answer). Returns the answer, its
         citations and the speed stats."""
         if services.engine is None:
@@ -65,7 +65,7 @@ def build_mcp(services: Services) -> MCPServer:
             if not services.queue.wait_turn(ticket):
                 raise ToolError("cancelled")
             answer = services.generation.call(
-                lambda: next(item for item in answer_chat(services, req, chosen, ticket) if isinstance(item, ApiAnswer)))
+                lambda: next(item for item in answer_chat(services, req, chosen, ticket) if isinstance(item, ChatReply)))
         except ApiError as exc:
             raise ToolError(exc.message) from None
         finally:

@@ -15,14 +15,14 @@ import uuid
 
 import numpy as np
 
-from localrag.api.answering import ApiAnswer
+from localrag.api.answering import ChatReply
 
 
 def completion_id() -> str:
     return f"chatcmpl-{uuid.uuid4().hex}"
 
 
-def usage_block(answer: ApiAnswer) -> dict:
+def usage_block(answer: ChatReply) -> dict:
     stats = answer.stats
     gen = stats.generation
     decoder = gen.decoder if gen is not None else None
@@ -42,7 +42,7 @@ def usage_block(answer: ApiAnswer) -> dict:
             "total_tokens": answer.prompt_tokens + answer.completion_tokens, "speedup": speedup}
 
 
-def completion_body(cid: str, created: int, model: str, answer: ApiAnswer) -> dict:
+def completion_body(cid: str, created: int, model: str, answer: ChatReply) -> dict:
     body = {"id": cid, "object": "chat.completion", "created": created, "model": model,
             "choices": [{"index": 0, "message": {"role": "assistant", "content": answer.text},
                          "finish_reason": answer.finish_reason, "logprobs": None}],
@@ -57,7 +57,7 @@ def chunk(cid: str, created: int, model: str, delta: dict, finish_reason: str | 
             "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None}]}
 
 
-def final_chunks(cid: str, created: int, model: str, answer: ApiAnswer, include_usage: bool) -> list[dict]:
+def final_chunks(cid: str, created: int, model: str, answer: ChatReply, include_usage: bool) -> list[dict]:
     """The closing chunk (finish reason; the grounding rides on it), then the usage chunk (no choices)
     when the client asked for it with ``stream_options.include_usage``."""
     last = chunk(cid, created, model, {}, answer.finish_reason)

@@ -26,7 +26,7 @@ from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from localrag.api.answering import ApiAnswer, answer_chat, check_request, model_ids
+from localrag.api.answering import ChatReply, answer_chat, check_request, model_ids
 from localrag.api.errors import ApiError
 from localrag.api.responses import (
     chunk,
@@ -38,9 +38,9 @@ from localrag.api.responses import (
     sse,
 )
 from localrag.api.schemas import MAX_BODY_BYTES, ChatRequest, parse_chat, parse_embeddings, read_json
+from localrag.app.services import DEFAULT_COLLECTION, Services
+from localrag.app.serving import GenerationThread, QueueFull, Ticket
 from localrag.modes import AnswerMode
-from localrag.serving import GenerationThread, QueueFull, Ticket
-from localrag.ui.services import DEFAULT_COLLECTION, Services
 
 DISCONNECT_POLL_S = 0.25
 # A streamed answer's first piece is written before the model computes on: decoding takes every
@@ -63,13 +63,13 @@ class Failed:
 
 @dataclass(frozen=True)
 class Finished:
-    answer: ApiAnswer
+    answer: ChatReply
 
 
 Event = Piece | Failed | Finished
 
 
-class Answer:
+class ReplyStream:
     """One request, checked and answered in its turn on the generation thread; its events arrive
     on an asyncio queue: pieces, then one ``Finished`` or ``Failed``."""
 
@@ -78,7 +78,7 @@ class Answer:
         self.events: asyncio.Queue[Event] = asyncio.Queue()
         self.first_written = threading.Event()  # set once the first write of a stream has gone out
 
-    def start(self, generation: GenerationThread) -> Answer:
+    def start(self, generation: GenerationThread) -> ReplyStream:
         if self.services.queue.wait_turn(self.ticket, timeout=0):  # nothing ahead: its turn has begun
             generation.submit(self._check_and_generate)
         else:
@@ -115,7 +115,7 @@ class Answer:
         """In the ticket's turn, on the generation thread."""
         try:
             for i, item in enumerate(answer_chat(self.services, self.req, mode, self.ticket)):
-                self._emit(Finished(item) if isinstance(item, ApiAnswer) else Piece(item))
+                self._emit(Finished(item) if isinstance(item, ChatReply) else Piece(item))
                 if i == 0 and self.req.stream:  # once: a stream never started must not slow every token
                     self.first_written.wait(FIRST_WRITE_WAIT_S)  # see FIRST_WRITE_WAIT_S
         except Exception as exc:
@@ -178,7 +178,7 @@ def build_router(services: Services) -> APIRouter:
             ticket = services.queue.submit(owner=f"api-{id(request)}")
         except QueueFull as exc:
             raise ApiError(429, f"{exc}; retry later", code="queue_full") from None
-        answer = Answer(services, req, ticket, asyncio.get_running_loop()).start(services.generation)
+        answer = ReplyStream(services, req, ticket, asyncio.get_running_loop()).start(services.generation)
         try:
             first = await answer.next_events(request)
         except BaseException:
@@ -202,7 +202,7 @@ def build_router(services: Services) -> APIRouter:
             raise batch.end.error
         return JSONResponse(completion_body(cid, created, req.model, batch.end.answer))
 
-    async def stream_events(answer: Answer, first: Batch, request: Request, cid: str,
+    async def stream_events(answer: ReplyStream, first: Batch, request: Request, cid: str,
                             created: int) -> AsyncIterator[bytes]:
         batch, done = first, False
         try:

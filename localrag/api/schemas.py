@@ -58,6 +58,7 @@ class _ChatBody(_Body):
     mode: str = "plain"
     k: int = Field(default=5, ge=1, le=20)
     on_unsupported: Literal["warn", "refuse"] | None = None  # None: the mode's default
+    options: dict[str, str | int | float | bool] | None = None  # the mode's other options, by name
 
 
 class _EmbeddingBody(_Body):
@@ -79,6 +80,12 @@ class ChatRequest:
     mode: str
     k: int
     on_unsupported: str | None = None  # warn | refuse | None: the mode's default
+    options: tuple[tuple[str, object], ...] = ()  # the mode's other options (``options`` in the body)
+
+    @property
+    def values(self) -> dict[str, object]:
+        """What the mode's options are made from: ``k``, ``on_unsupported`` and ``options``."""
+        return {"k": self.k, "on_unsupported": self.on_unsupported, **dict(self.options)}
 
     @property
     def question(self) -> str:
@@ -87,9 +94,14 @@ class ChatRequest:
 
     @property
     def history(self) -> tuple[dict, ...]:
-        """The user and assistant turns before the last user message."""
+        """The user and assistant turns before the last user message (a grounded answer's history)."""
+        return tuple(m for m in self.before_question if m["role"] in ("user", "assistant"))
+
+    @property
+    def before_question(self) -> tuple[dict, ...]:
+        """Every message before the last user message, system turns included (chat without a collection)."""
         last = max(i for i, m in enumerate(self.messages) if m["role"] == "user")
-        return tuple(m for m in self.messages[:last] if m["role"] in ("user", "assistant"))
+        return self.messages[:last]
 
 
 @dataclass(frozen=True)
@@ -135,7 +147,7 @@ def parse_chat(data: dict) -> ChatRequest:
     include_usage = body.stream_options.include_usage if body.stream_options else False
     return ChatRequest(model=body.model, messages=messages, gen=gen, stream=body.stream,
                        include_usage=include_usage, collection=body.collection, mode=body.mode, k=body.k,
-                       on_unsupported=body.on_unsupported)
+                       on_unsupported=body.on_unsupported, options=tuple((body.options or {}).items()))
 
 
 def parse_embeddings(data: dict) -> EmbeddingRequest:

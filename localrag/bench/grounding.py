@@ -42,7 +42,7 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import minimize
 
-from localrag.answer import Answerer
+from localrag.answer import AnswerConfig, Answerer
 from localrag.bench.grounding_data import (
     SPLITS,
     AnswerCache,
@@ -53,12 +53,12 @@ from localrag.bench.grounding_data import (
 )
 from localrag.bench.qa import MEMBERS, QA_INSTRUCTIONS, build_index, normalize, score_answer
 from localrag.bench.repetition import repeated_sentence
-from localrag.config import GenerationConfig, GroundedConfig, ModelConfig
+from localrag.config import GenerationConfig, ModelConfig
 from localrag.engine import Engine
 from localrag.evidence import AnswerEvidence, EvidenceAligner, EvidenceConfig
-from localrag.grounded import load_verifier
 from localrag.grounded.scoring import short_answer
-from localrag.modes import get_mode, mode_names
+from localrag.modes import MODES
+from localrag.rag.indexes import IndexSet
 
 MAX_REFUSALS_OF_ANSWERABLE = 0.15  # the refusal threshold is the highest that stays within this
 
@@ -268,6 +268,7 @@ class Setup:
     aligner: EvidenceAligner
     model: str
     collection_key: str
+    verifier: str = "target"  # Grounded's verifier option
 
 
 def setup(suite: str | None, data: str | None, split: str, n: int | None, seed: int, mode: str,
@@ -278,11 +279,10 @@ def setup(suite: str | None, data: str | None, split: str, n: int | None, seed: 
     docs = list(dict.fromkeys(d for r in records for d in r.qa.docs))  # build_index's file order
     base = ModelConfig(model=model) if model else ModelConfig()
     engine = Engine.load(base)
-    grounded = GroundedConfig(verifier=verifier)
-    ver = load_verifier(grounded, base) if get_mode(mode).id == "grounded" else None
-    answerer = Answerer(engine, index, verifier=ver, grounded_config=grounded, instructions=QA_INSTRUCTIONS)
+    answerer = Answerer(engine, IndexSet.of(index), config=AnswerConfig(instructions=QA_INSTRUCTIONS))
     key = hashlib.sha1("\n\0".join(docs).encode()).hexdigest()[:12]
-    return Setup(records, docs, answerer, EvidenceAligner(index.embedder, config=config), engine.model_name, key)
+    return Setup(records, docs, answerer, EvidenceAligner(index.embedder, config=config), engine.model_name, key,
+                 verifier)
 
 
 def run_question(s: Setup, rec: GroundingRecord, mode: str, k: int, gen: GenerationConfig,
@@ -292,7 +292,7 @@ def run_question(s: Setup, rec: GroundingRecord, mode: str, k: int, gen: Generat
     answered = cache.get(key)
     cached = answered is not None
     if answered is None:
-        answered = answer_question(s.answerer, rec.qa.question, mode, gen, k)
+        answered = answer_question(s.answerer, rec.qa.question, mode, gen, k, {"verifier": s.verifier})
         cache.put(key, answered)
     return score_row(s, rec, answered, cached), answered
 
@@ -312,7 +312,7 @@ def score_row(s: Setup, rec: GroundingRecord, answered: AnsweredQuestion, cached
 
 
 def run_grounding(suite: str | None, data: str | None, n: int | None, seed: int = 0, split: str = "report",
-                  mode: str = "plain", k: int = 5, model: str | None = None, verifier: str = "gemma3-270m",
+                  mode: str = "plain", k: int = 5, model: str | None = None, verifier: str = "target",
                   config: EvidenceConfig | None = None, cache: bool = False, progress=None,
                   calibrate: bool = False, out: str | None = None) -> dict:
     """Answer and align every sampled question; with ``calibrate``, fit the constants on them.
@@ -354,10 +354,10 @@ def add_bench_cli(bench_subparsers) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--split", choices=SPLITS, default="report",
                    help="report: the half never used for calibration (default); calibration; all")
-    p.add_argument("--mode", choices=mode_names(), default="plain")
+    p.add_argument("--mode", choices=list(MODES), default="plain")
     p.add_argument("--k", type=int, default=5, help="chunks per answer")
     p.add_argument("--model", default=None)
-    p.add_argument("--verifier", default=GroundedConfig().verifier, help="Grounded mode's verifier")
+    p.add_argument("--verifier", default="target", help="Grounded mode's verifier: target (the model itself) or a model name")
     p.add_argument("--cache", action="store_true", help="re-use answers cached by an earlier run (and cache new ones)")
     p.add_argument("--calibrate", action="store_true", help="fit the evidence constants on these questions")
     p.add_argument("--out", default=None, help="also write the full result (every question) to this JSON file")

@@ -116,21 +116,22 @@ class AnsweredQuestion:
         return cls(d["text"], hits, d["refused"], d["seconds"], d.get("stop_reason", ""), d.get("check_s", 0.0))
 
 
-def answer_question(answerer: Answerer, question: str, mode: str, gen: GenerationConfig, k: int) -> AnsweredQuestion:
+def answer_question(answerer: Answerer, question: str, mode: str, gen: GenerationConfig, k: int,
+                    options: dict | None = None) -> AnsweredQuestion:
     """The one call into the answer layer. The chunks the answer was checked against (its evidence's
     cited and uncited chunks: Plain's prompt, Grounded's chosen subset) are re-read in retrieval order
     with their scores (the same deterministic search), because the answer's citations carry none.
     The seconds exclude the answer layer's own alignment, so ``overhead`` stays alignment / answer."""
     answering = get_mode(mode)
     t0 = time.perf_counter()
-    result = answering.answer(answerer, AnswerRequest(question, gen=gen, k=k))
+    request = AnswerRequest(question, gen=gen, options=answering.options({"k": k, **(options or {})}))
+    result = answering.answer(answerer, request)
     check_s = result.evidence.seconds if result.evidence is not None else 0.0
     seconds = time.perf_counter() - t0 - check_s
-    grounded = answering.id == "grounded"
     checked = set(result.evidence.cited + result.evidence.also_searched) if result.evidence is not None else set()
-    hits = [h for h in answerer.retrieve(question, answerer.grounded_config.n if grounded else k).hits
-            if h.chunk_id in checked]
-    refused = is_refusal(short_answer(result.text)) or (grounded and not result.supported)
+    hits = [h for h in answerer.search(question, result.stats.search.k).hits if h.chunk_id in checked]
+    # a mode that refuses what the documents do not support (Grounded) refused every unsupported answer
+    refused = is_refusal(short_answer(result.text)) or (answering.policy(request) == "refuse" and not result.supported)
     stop_reason = result.stats.generation.stop_reason if result.stats.generation is not None else ""
     return AnsweredQuestion(result.text.strip(), hits, refused, seconds, stop_reason, check_s)
 

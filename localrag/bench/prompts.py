@@ -4,8 +4,8 @@
     python -m localrag bench prompts --suite hotpotqa --n 200 --seed 1
 
 Every variant answers the same questions in Plain mode (greedy, the default model), interleaved per
-question, through the answer layer's own pieces (``Answerer.retrieve``, ``rag_messages``,
-``Answerer.fit_messages``, ``Engine.chat``): what changes is the instructions, the number of chunks,
+question, through the answer layer's own pieces (``Answerer.search``, ``rag_messages``,
+``Answerer.fit_prompt``, ``Engine.reply``): what changes is the instructions, the number of chunks,
 their order and a reminder beside the question. The questions come from the *calibration* half of
 ``bench grounding``'s data (seed 1 by default; ``bench qa`` and ``bench grounding`` report with seed 0
 on the other half), so choosing a prompt here never touches the reported figures.
@@ -36,6 +36,7 @@ from localrag.config import GenerationConfig, ModelConfig
 from localrag.engine import Engine
 from localrag.evidence import EvidenceAligner
 from localrag.grounded.scoring import is_refusal, short_answer
+from localrag.rag.indexes import IndexSet
 
 SHORT = ("Answer the question using only the numbered sources below. Reply with just the answer, a short "
          "phrase. If the sources do not contain the answer, reply: not in the documents.")
@@ -119,9 +120,9 @@ def answer_with(s: Study, variant: PromptVariant, question: str, gen: Generation
     answered = cache.get(key)
     if answered is None:
         t0 = time.perf_counter()
-        got = s.answerer.retrieve(question, variant.k)
-        msgs = s.answerer.fit_messages(variant.messages(question, got.hits), gen)
-        generation = s.answerer.engine.chat(msgs, gen).run()
+        got = s.answerer.search(question, variant.k)
+        prompt = s.answerer.fit_prompt(variant.messages(question, got.hits), gen)
+        generation = s.answerer.engine.reply(prompt, gen).run()
         text = generation.text.strip()
         answered = AnsweredQuestion(text, got.hits, is_refusal(answer_phrase(text)), time.perf_counter() - t0)
         cache.put(key, answered)
@@ -169,7 +170,7 @@ def run_prompts(suite: str, n: int, seed: int = 1, split: str = "calibration", v
     index, _, _ = build_index(f"grounding-{suite}-{split}", [r.qa for r in records])
     docs = list(dict.fromkeys(d for r in records for d in r.qa.docs))
     engine = Engine.load(ModelConfig(model=model) if model else ModelConfig())
-    study = Study(records, Answerer(engine, index), EvidenceAligner(index.embedder),
+    study = Study(records, Answerer(engine, IndexSet.of(index)), EvidenceAligner(index.embedder),
                   hashlib.sha1("\n\0".join(docs).encode()).hexdigest()[:12])
     gen = GenerationConfig(max_tokens=max_tokens)
     store = AnswerCache(enabled=cache)

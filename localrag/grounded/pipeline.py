@@ -23,9 +23,9 @@ Pipeline, one function per phase:
 The scores and their normalisation: ``localrag.grounded.scoring``. ``stream`` yields
 ``AnswerProgress`` (searching, drafting k of m done, verifying) before the ``AnswerResult``.
 
-    pipe = GroundedPipeline(Engine.load(ModelConfig()), load_verifier(GroundedConfig(), ModelConfig()))
+    pipe = GroundedPipeline(drafter_engine, verifier_engine, GroundedConfig())   # the mode picks both
     result = pipe.answer("How much notice ends the contract?", DocumentIndex(IndexConfig()))
-    print(result.text, [c.label for c in result.citations], result.stats.grounded)
+    print(result.text, [c.label for c in result.citations], result.extras.drafts)
 """
 
 from __future__ import annotations
@@ -36,34 +36,16 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 
 from localrag.backends.base import BatchBackend
-from localrag.config import GenerationConfig, GroundedConfig, ModelConfig
+from localrag.config import GenerationConfig, GroundedConfig
 from localrag.engine import Engine
 from localrag.evidence import EvidenceAligner, split_citations
 from localrag.grounded.drafting import DrafterOutput, chunk_tokens, draft_prompt, draft_steps
+from localrag.grounded.extras import GroundedDraft, GroundedExtras
 from localrag.grounded.scoring import combined_score, draft_text, score_drafts, select, short_answer
 from localrag.grounded.subsets import cluster, make_subsets, random_subsets, shared_prefix_order
 from localrag.rag.index import DocumentIndex
 from localrag.rag.records import Hit
-from localrag.results import (
-    AnswerProgress,
-    AnswerResult,
-    AnswerStats,
-    Citation,
-    GroundedDraft,
-    GroundedStats,
-    RetrievalStats,
-)
-
-
-def verifier_config(config: GroundedConfig, base: ModelConfig) -> ModelConfig:
-    """How the verifier loads (bundled gemma3-270m unless configured): on the same device and
-    threads as the target `base`, with a batch that holds every draft's scoring input at once."""
-    return ModelConfig(model=config.verifier, n_ctx=4096, n_batch=1024, n_gpu_layers=base.n_gpu_layers,
-                       n_threads=base.n_threads)
-
-
-def load_verifier(config: GroundedConfig, base: ModelConfig) -> Engine:
-    return Engine.load(verifier_config(config, base))
+from localrag.results import AnswerProgress, AnswerResult, AnswerStats, Citation, SearchStats
 
 
 def drafter_problem(drafter: Engine) -> str:
@@ -89,6 +71,8 @@ class GroundedPipeline:
     """drafter (small, chat-tuned, llama.cpp) + verifier (larger; any vocabulary) over a document index.
     aligner: checks the chosen draft against its chunks (None: the verifier's score alone decides,
     and the citations are the draft's whole subset)."""
+
+    mode = "grounded"  # what its results say wrote them
 
     def __init__(self, drafter: Engine, verifier: Engine, config: GroundedConfig | None = None,
                  aligner: EvidenceAligner | None = None):
@@ -119,16 +103,17 @@ class GroundedPipeline:
         yield AnswerProgress("searching")
         hits, relevant = retrieve(index, query, cfg)
         name = index.config.collection if index is not None else None
-        retrieval = RetrievalStats(query=query, collection=name, k=cfg.n, n_chunks=len(hits),
+        retrieval = SearchStats(query=query, collection=name, k=cfg.n, n_chunks=len(hits),
                                    n_relevant=len(relevant), seconds=time.perf_counter() - t0,
                                    note="" if index is not None else "no index")
         searched = (f'searched "{query}" in collection "{name}" (top {cfg.n}): {len(hits)} chunks, '
                     f"{len(relevant)} above relevance {cfg.min_relevance}") if index is not None else \
             f'searched "{query}": no document index'
-        stats = AnswerStats(mode="grounded", retrieval=retrieval, grounded=GroundedStats(threshold=cfg.min_score))
+        stats = AnswerStats(mode=self.mode, search=retrieval)
         if not relevant:
             stats.total_s = time.perf_counter() - t0
-            yield self._unsupported(searched, [], stats, "nothing relevant was retrieved")
+            yield self._unsupported(searched, GroundedExtras(threshold=cfg.min_score), stats,
+                                    "nothing relevant was retrieved")
             return
         vectors = index.vectors([h.chunk_id for h in relevant]) if cfg.cluster else None
         yield from self.stream_from_chunks(question, relevant, vectors, searched, stats, cfg, gen, t0)
@@ -139,7 +124,7 @@ class GroundedPipeline:
         """Cluster -> subsets -> draft -> verify -> select over already retrieved chunks (best first)."""
         t0 = time.perf_counter() if t0 is None else t0
         gen = gen or GenerationConfig()
-        gs = stats.grounded = stats.grounded or GroundedStats(threshold=cfg.min_score)
+        gs = GroundedExtras(threshold=cfg.min_score, scoring="verifier" if cfg.use_verifier else "drafter only")
         t = time.perf_counter()
         if cfg.cluster and vectors is not None:
             subsets = make_subsets(cluster(vectors, cfg.k, cfg.seed), cfg.m)
@@ -172,32 +157,30 @@ class GroundedPipeline:
                   for j, (d, sub, rationale) in enumerate(zip(toks, subsets, rationales, strict=True))]
         drafts.sort(key=lambda d: d.score, reverse=True)
         best, passed = select(drafts, cfg)
-        gs.n_drafts, gs.draft_tokens = len(drafts), sum(d.n_draft_tokens for d in drafts)
+        gs.drafts, gs.n_drafts, gs.draft_tokens = drafts, len(drafts), sum(d.n_draft_tokens for d in drafts)
         if best is None:
             stats.total_s = time.perf_counter() - t0
-            yield self._unsupported(searched, drafts, stats, no_answer_reason(drafts, gen.max_tokens))
+            yield self._unsupported(searched, gs, stats, no_answer_reason(drafts, gen.max_tokens))
             return
         if not passed:
             gs.unsupported_reason = "no draft passed the verifier's threshold"
         text = draft_text(best)
         if self.aligner is None:
             stats.total_s = time.perf_counter() - t0
-            yield AnswerResult(text=text, mode="grounded", citations=list(best.citations), supported=passed,
-                               drafts=drafts, stats=stats, searched=searched)
+            yield AnswerResult(text=text, mode=self.mode, citations=list(best.citations), supported=passed,
+                               extras=gs, stats=stats, searched=searched)
             return
         # the final check: the draft's sentence-level evidence in the chunks it was written from
         evidence = self.aligner.align(text, [hits[i] for i in best.subset], question=question)
         citations, also = split_citations(evidence, hits)
         stats.total_s = time.perf_counter() - t0
-        yield AnswerResult(text=text, mode="grounded", citations=citations, supported=passed and evidence.supported,
-                           drafts=drafts, stats=stats, searched=searched, also_searched=also, evidence=evidence)
+        yield AnswerResult(text=text, mode=self.mode, citations=citations, supported=passed and evidence.supported,
+                           extras=gs, stats=stats, searched=searched, also_searched=also, evidence=evidence)
 
-    @staticmethod
-    def _unsupported(searched: str, drafts: list[GroundedDraft], stats: AnswerStats, why: str) -> AnswerResult:
+    def _unsupported(self, searched: str, extras: GroundedExtras, stats: AnswerStats, why: str) -> AnswerResult:
         """No answer to show: nothing relevant was retrieved, or every draft declined."""
-        if stats.grounded is not None:
-            stats.grounded.unsupported_reason = why
-        return AnswerResult(text="", mode="grounded", citations=[], supported=False, drafts=drafts, stats=stats,
+        extras.unsupported_reason = why
+        return AnswerResult(text="", mode=self.mode, citations=[], supported=False, extras=extras, stats=stats,
                             searched=searched)
 
 

@@ -19,11 +19,8 @@ from dataclasses import dataclass
 from localrag.backends.base import BatchBackend
 from localrag.config import GroundedConfig
 from localrag.grounded.drafting import DrafterOutput, decode_rows, token_logprob
-from localrag.results import GroundedDraft
-
-REFUSALS = ("not in the documents", "does not say", "do not say", "no information", "not mentioned",
-            "cannot be determined", "unknown", "not specified", "not provided", "not stated",
-            "does not provide", "do not provide", "doesn't provide", "does not mention", "does not contain")
+from localrag.grounded.extras import GroundedDraft, may_answer
+from localrag.grounded.extras import is_refusal as is_refusal  # re-exported: benchmarks use it
 
 
 @dataclass
@@ -130,16 +127,6 @@ def short_answer(text: str) -> str:
 def draft_text(draft: GroundedDraft) -> str:
     """What Grounded mode shows of a draft: the answer, then its rationale."""
     return draft.answer if not draft.rationale else f"{draft.answer}\n\nRationale: {draft.rationale}"
-
-
-def is_refusal(answer: str) -> bool:
-    a = answer.strip().lower()
-    return not a or any(r in a for r in REFUSALS)
-
-
-def may_answer(draft: GroundedDraft) -> bool:
-    """The draft may be the answer: it finished (not dropped) and does not decline to answer."""
-    return not draft.dropped and not is_refusal(draft.answer)
 
 
 def usable(drafts: Sequence[GroundedDraft]) -> list[GroundedDraft]:

@@ -1,40 +1,78 @@
 """Plain mode: standard RAG. The top-k chunks go into one prompt; one token per forward pass. The
 finished answer is checked against the chunks (``Answerer.check``): computed citations, and a
-warning (or, if asked, a refusal) when the documents do not support it."""
+warning (or, if asked, a refusal) when the documents do not support it. Without documents
+(``AnswerRequest.documents`` False) it is chat on the conversation as given, and nothing is checked."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 
-from localrag.answer import Answerer, Retrieval, checked_result, rag_messages
+from localrag.answer import Answerer, Found, checked_result
+from localrag.config import GenerationConfig
 from localrag.generation import Decoder, Generation
-from localrag.modes.base import AnswerMode, AnswerRequest
-from localrag.results import AnswerResult, AnswerStats, CopiedSpan
+from localrag.modes.base import AnswerMode, AnswerRequest, ModeOptions, option
+from localrag.results import AnswerResult, AnswerStats, CopiedSpan, SearchStats
+
+MAX_K = 50
+
+
+@dataclass(frozen=True)
+class PlainOptions(ModeOptions):
+    k: int = option(5, "chunks stuffed into the prompt", int)
+
+    def validate(self) -> None:
+        super().validate()
+        if not 1 <= self.k <= MAX_K:
+            raise ValueError(f"k must be between 1 and {MAX_K}, not {self.k}")
+
+
+@dataclass
+class Prepared:
+    """What an answer is decoded from: the prompt's tokens, the limits, the chunks (and how they
+    were found), the decoder (made in ``setup_s``) and what choosing it left to say."""
+
+    prompt: list[int]
+    gen: GenerationConfig
+    found: Found
+    decoder: Decoder | None
+    notes: list[str]
+    setup_s: float
 
 
 class PlainMode(AnswerMode):
     id = "plain"
     label = "Plain"
     summary = "standard RAG: the top-k chunks in one prompt, plain decoding"
+    options_type = PlainOptions
 
-    def decoder(self, answerer: Answerer, request: AnswerRequest, got: Retrieval) -> Decoder | None:
-        """The decoder for this answer (None: plain decoding)."""
-        return None
+    def decoder(self, answerer: Answerer, request: AnswerRequest, found: Found) -> tuple[Decoder | None, list[str]]:
+        """The decoder for this answer (None: plain decoding) and notes on what it could not use."""
+        return None, []
 
-    def copied(self, generation: Generation, text: str, got: Retrieval) -> list[CopiedSpan]:
+    def copied(self, generation: Generation, text: str, found: Found) -> list[CopiedSpan]:
         """The spans of ``text`` the decoder copied from the retrieved chunks (none in plain decoding)."""
         return []
 
+    def prepare(self, answerer: Answerer, request: AnswerRequest) -> Prepared:
+        if not request.documents:  # chat on the client's own conversation (PromptTooLong if it cannot fit)
+            msgs = [*request.history, {"role": "user", "content": request.question}]
+            prompt, gen = answerer.chat_prompt(msgs, request.gen)
+            found = Found([], "no collection: answered from the conversation", SearchStats(note="no collection"))
+        else:
+            opts = self.options_of(request)
+            query = answerer.search_query(request.question, request.history)
+            found = answerer.search(query, opts.k, request.collection)
+            prompt, gen = answerer.rag_prompt(request.question, found.hits, request.history, request.gen), request.gen
+        t0 = time.perf_counter()
+        decoder, notes = self.decoder(answerer, request, found)
+        return Prepared(prompt, gen, found, decoder, notes, time.perf_counter() - t0)
+
     def stream(self, answerer: Answerer, request: AnswerRequest) -> Iterator[str | AnswerResult]:
         t0 = time.perf_counter()
-        got = answerer.retrieve(answerer.search_query(request.question, request.history), request.k, request.collection)
-        msgs = rag_messages(request.question, got.hits, request.history, answerer.instructions)
-        msgs = answerer.fit_messages(msgs, request.gen)
-        t1 = time.perf_counter()
-        decoder = self.decoder(answerer, request, got)
-        setup_s = time.perf_counter() - t1
-        generation = answerer.engine.chat(msgs, request.gen, decoder=decoder)
+        ready = self.prepare(answerer, request)
+        generation = answerer.engine.reply(ready.prompt, ready.gen, decoder=ready.decoder)
         pieces = iter(generation)
         for piece in pieces:
             yield piece
@@ -43,7 +81,14 @@ class PlainMode(AnswerMode):
                 generation.stats.stop_reason = "cancelled"
                 break
         text = generation.text.strip()
-        evidence = answerer.check(text, request.question, got.hits, self.copied(generation, text, got))
-        stats = AnswerStats(mode=self.id, total_s=time.perf_counter() - t0, retrieval=got.stats,
-                            generation=generation.stats, setup_s=setup_s)
-        yield checked_result(text, self.id, evidence, got.hits, stats, got.searched, self.policy(request))
+        stats = AnswerStats(mode=self.id, search=ready.found.stats, generation=generation.stats,
+                            setup_s=ready.setup_s)
+        if not request.documents:
+            stats.total_s = time.perf_counter() - t0
+            yield AnswerResult(text=text, mode=self.id, citations=[], supported=False, stats=stats,
+                               searched=ready.found.searched, notes=ready.notes)
+            return
+        evidence = answerer.check(text, request.question, ready.found.hits, self.copied(generation, text, ready.found))
+        stats.total_s = time.perf_counter() - t0
+        yield checked_result(text, self.id, evidence, ready.found.hits, stats, ready.found.searched,
+                             self.policy(request), notes=ready.notes)

@@ -5,39 +5,71 @@ the same vocabulary, the draft's guesses) form a token tree the target verifies 
 pass; decoding is lossless (``localrag.rasd``). Tokens accepted from a retrieved chunk were
 copied from a known place in it: they reach the evidence check as copy provenance
 (``copied_spans``), which the alignment confirms but never changes, so the same text gets the
-same evidence as in Plain mode."""
+same evidence as in Plain mode. Its option ``draft`` picks the draft model (default: the registry's
+draft for the loaded target, e.g. Qwen2.5-Coder-0.5B for the 1.5B)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
-from localrag.answer import Answerer, Retrieval
+from localrag.answer import Answerer, Found
 from localrag.backends.base import Backend
 from localrag.generation import Decoder, Generation
-from localrag.modes.base import AnswerRequest
-from localrag.modes.plain import PlainMode
+from localrag.modes.base import AnswerRequest, option
+from localrag.modes.plain import PlainMode, PlainOptions
 from localrag.rasd import CopiedToken, RasdDecoder
 from localrag.results import ChunkLike, CopiedSpan
 
+AUTO, NONE = "auto", "none"
+LOAD_ERRORS = (OSError, RuntimeError, ValueError)  # ModelError is a ValueError: a draft that fails says why
+
+
+@dataclass(frozen=True)
+class SpeedupOptions(PlainOptions):
+    draft: str = option(AUTO, "the draft model (same vocabulary as the answer model): auto = the registry's "
+                              "draft for the loaded model, none = speculate from retrieval alone, or a name/path")
+
 
 class SpeedupMode(PlainMode):
-    id = "rasd"
+    id = "speedup"
     label = "Speedup (RASD)"
-    aliases = ("speedup",)
-    summary = "Plain's answer, faster: retrieval + draft token trees verified losslessly"
+    aliases = ("rasd",)
+    summary = "Plain's answer, faster: retrieval + draft-model token trees verified losslessly"
+    options_type = SpeedupOptions
 
-    def decoder(self, answerer: Answerer, request: AnswerRequest, got: Retrieval) -> Decoder:
-        # the datastore: the retrieved chunks (documents 0 .. k-1, so a copy's document is its
-        # chunk), the conversation and the question (the prompt's own tokens are added by the
-        # decoder's prefill)
-        documents = [h.text for h in got.hits] + [m["content"] for m in request.history] + [request.question]
-        return answerer.rasd_decoder(documents)
+    def draft_name(self, answerer: Answerer, request: AnswerRequest) -> str | None:
+        """The draft model this request asks for (None: retrieval only)."""
+        name = self.options_of(request).draft
+        if name == AUTO:
+            return answerer.models.default_draft()
+        return None if name == NONE else name
 
-    def copied(self, generation: Generation, text: str, got: Retrieval) -> list[CopiedSpan]:
+    def decoder(self, answerer: Answerer, request: AnswerRequest, found: Found) -> tuple[Decoder, list[str]]:
+        """The Speedup decoder of (target, draft): what it learns (acceptance calibration, the draft
+        bandit, the probe schedule) outlives one answer. A draft that cannot work with the target is
+        explained, and the mode speculates from retrieval alone."""
+        name, notes = self.draft_name(answerer, request), []
+        draft: Backend | None = None
+        if name is not None:
+            try:
+                draft = answerer.models.draft(name)
+            except LOAD_ERRORS as exc:
+                notes.append(f"draft model {name} is unusable: {exc}. Speculating from retrieval only.")
+                name = None
+        decoder = answerer.runtime((self.id, name),
+                                   lambda: RasdDecoder(answerer.engine.backend, answerer.config.rasd, draft=draft))
+        # the datastore: the retrieved chunks (documents 0 .. k-1, so a copy's document is its chunk),
+        # the conversation and the question (the prompt's own tokens are added by the decoder's prefill)
+        decoder.set_documents([h.text for h in found.hits] + [m["content"] for m in request.history]
+                              + [request.question])
+        return decoder, notes
+
+    def copied(self, generation: Generation, text: str, found: Found) -> list[CopiedSpan]:
         decoder = generation.decoder
         if not isinstance(decoder, RasdDecoder) or not decoder.copies:
             return []
-        return copied_spans(generation.backend, generation.tokens, generation.text, decoder.copies, got.hits)
+        return copied_spans(generation.backend, generation.tokens, generation.text, decoder.copies, found.hits)
 
 
 def char_offsets(backend: Backend, tokens: Sequence[int]) -> tuple[str, list[int]]:

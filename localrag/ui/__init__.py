@@ -1,17 +1,7 @@
-"""The Gradio app. ``main`` is what ``python app.py`` runs.
+"""The Gradio page, on the app layer (``localrag.app``); ``localrag.launch`` serves it with the API.
 
-    from localrag.ui import main
-    main(["--port", "7861", "--index-dir", "/tmp/idx"])
-
-Submodules: ``services`` (models, indexes, modes), ``handlers`` (testable chat /
-document / settings logic), ``render`` (messages and Markdown), ``uploads``
-(safe staging), ``history`` (chats in SQLite), ``layout`` (the Gradio page), ``launch``
-(arguments, startup).
-Gradio is only imported by ``layout``, so handlers are testable without it.
+Submodules: ``handlers`` (testable chat / document / settings logic), ``render`` (messages and
+Markdown), ``settings`` (the side panel's knobs as one value), ``uploads`` (safe staging),
+``layout`` (the Gradio page). Gradio is only imported by ``layout``, so handlers are testable
+without it.
 """
-
-from __future__ import annotations
-
-from localrag.ui.launch import main
-
-__all__ = ["main"]

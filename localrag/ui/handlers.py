@@ -22,14 +22,15 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from localrag.app.history import ChatInfo, Turn, make_title
+from localrag.app.services import Services
+from localrag.app.serving import QueueFull, Ticket, ordinal
 from localrag.models import ModelError, inspect_gguf, list_models, resolve
-from localrag.modes import AnswerRequest
+from localrag.modes import option_fields
 from localrag.rag.config import IndexConfig
 from localrag.rag.records import IngestEvent, WatchedFolder
 from localrag.rag.watch import FolderState
 from localrag.results import AnswerProgress, AnswerResult
-from localrag.serving import QueueFull, Ticket, ordinal
-from localrag.ui.history import ChatInfo, Turn, make_title
 from localrag.ui.render import (
     PENDING,
     accepted_per_step,
@@ -38,7 +39,7 @@ from localrag.ui.render import (
     llm_history,
     mode_label,
 )
-from localrag.ui.services import NO_DRAFT, Services, Settings
+from localrag.ui.settings import DRAFT_AUTO, NO_DRAFT, Settings
 from localrag.ui.uploads import UploadError, inside, stage_uploads
 
 STREAM_EVERY_S = 0.05  # at most ~20 UI updates a second while streaming
@@ -151,13 +152,10 @@ class ChatController:
         if not index.list_documents():
             turn.notes.append(f"Collection “{settings.collection}” has no documents yet; answered "
                               "without documents. Upload files under Documents.")
-        answerer, more = self.s.answerer(settings)
-        turn.notes += more
         last = 0.0
-        request = AnswerRequest(turn.question, tuple(llm_history(previous)), settings.generation(),
-                                k=int(settings.k), collection=settings.collection, cancel=ticket.cancel,
-                                on_unsupported=settings.unsupported_policy())
-        for item in self.s.generation.steps(self.s.modes[settings.mode].stream(answerer, request)):
+        request = self.s.request(settings.mode, turn.question, llm_history(previous), settings.generation(),
+                                 settings.collection, settings.option_values(), cancel=ticket.cancel)
+        for item in self.s.stream(settings.mode, request):
             if isinstance(item, AnswerResult):
                 item.stats.waited_s = ticket.waited_s
                 turn.take(item)
@@ -384,7 +382,8 @@ class SettingsController:
         ok, why = self.s.mode_status(mode)
         label = self.s.mode_label(mode)
         head = f"Mode **{label}** is ready." if ok else f"⛔ **{label} is unavailable**: {why}"
-        if ok and mode == "rasd" and draft:
+        takes_draft = ok and any(f.name == "draft" for f in option_fields(self.s.mode(mode).options_type))
+        if takes_draft and draft:
             note = self.draft_note(draft)
             if note:
                 head += f"\n\n{note}"
@@ -412,6 +411,12 @@ class SettingsController:
         """Why a draft model cannot serve the loaded target ('' when it can or none is chosen)."""
         if not draft or draft == NO_DRAFT or self.s.engine is None:
             return ""
+        if draft == DRAFT_AUTO:
+            paired = self.s.default_draft()
+            if paired is None:
+                return (f"ℹ️ No draft model is paired with **{self.s.engine.model_name}** in the registry: "
+                        "Speedup speculates from retrieval alone.")
+            draft = paired
         try:
             dv, tv = self._vocab(draft), self._vocab(self.s.model_config.model)
         except Exception as exc:

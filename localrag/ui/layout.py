@@ -15,6 +15,7 @@ from __future__ import annotations
 import gradio as gr
 import pandas as pd
 
+from localrag.app.services import DEFAULT_COLLECTION, Services
 from localrag.ui.handlers import (
     ChatController,
     ChatView,
@@ -22,7 +23,7 @@ from localrag.ui.handlers import (
     SettingsController,
     history_choices,
 )
-from localrag.ui.services import DEFAULT_COLLECTION, MODE_DEFAULT, NO_DRAFT, Services, Settings
+from localrag.ui.settings import DRAFT_AUTO, MODE_DEFAULT, NO_DRAFT, Settings
 
 WATCH_REFRESH_S = 2.0  # how often the page shows the watched folders' states
 WATCH_HELP = ("A folder on this machine, by its path (the app runs here, so it reads the folder in place; a "
@@ -65,7 +66,7 @@ def build_app(services: Services) -> gr.Blocks:
 
     def settings_of(mode, collection, draft, temperature, max_tokens, k, on_unsupported) -> Settings:
         return Settings(mode=mode or default.mode, collection=(collection or default.collection).strip(),
-                        draft_model=draft or NO_DRAFT, temperature=float(temperature or 0),
+                        draft_model=draft or DRAFT_AUTO, temperature=float(temperature or 0),
                         max_tokens=int(max_tokens or default.max_tokens), k=int(k or default.k),
                         on_unsupported=on_unsupported or default.on_unsupported)
 
@@ -164,9 +165,9 @@ def build_app(services: Services) -> gr.Blocks:
                     gpu_layers = gr.Number(value=services.model_config.n_gpu_layers, precision=0,
                                            label="GPU layers (-1 = all, 0 = CPU)")
                     load_btn = gr.Button("Load model", size="sm")
-                    draft = gr.Dropdown(choices=[NO_DRAFT, *usable], value=default.draft_model,
-                                        label="Draft model (Speedup)",
-                                        elem_id="draft")
+                    draft = gr.Dropdown(choices=[("Automatic: the loaded model's own draft model", DRAFT_AUTO),
+                                                 ("None: speculate from retrieval only", NO_DRAFT), *usable],
+                                        value=default.draft_model, label="Draft model (Speedup)", elem_id="draft")
                     draft_note = gr.Markdown(elem_id="draft-note")
                     if unusable:
                         gr.Markdown("**Unusable models:**\n" + "\n".join(f"- {u}" for u in unusable),

@@ -9,7 +9,7 @@ with dots and says "not found in your documents" on hover. So under each answer:
     📚 Sources (2)                      the chunks the answer cites, collapsed; one panel per citation
         [1] notes.md lines 3-9 · "snippet…"   opens to the chunk text, the supporting spans highlighted
     🔎 Also searched (3)                retrieved chunks that support nothing
-    🧪 Drafts (5) · chosen #2           Grounded mode only, collapsed (on demand)
+    🧪 Drafts (5) · chosen #2           the mode's own panel (Grounded: its drafts), collapsed
     ⚡ Speedup (RASD) · 61.2 tok/s · 2.40 accepted tokens/step · 1.9× vs plain
 
 When the documents do not support the answer: a warning under it (warn), or a refusal in its
@@ -20,16 +20,14 @@ Everything the model or a document wrote is HTML-escaped before it is shown.
 from __future__ import annotations
 
 import html
-import math
 import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from localrag.answer import unsupported_reason
-from localrag.grounded.scoring import may_answer
+from localrag.app.history import Turn
 from localrag.modes import get_mode
-from localrag.results import AnswerEvidence, AnswerStats, Citation, GroundedDraft
-from localrag.ui.history import Turn
+from localrag.results import AnswerEvidence, AnswerStats, Citation, ModeExtras
 
 PENDING = "…"
 NOT_FOUND = "not found in your documents"
@@ -51,10 +49,11 @@ def accepted_per_step(stats: AnswerStats | None) -> list[int]:
     return list(decoder.accepted_per_step) if decoder is not None else []
 
 
-def stats_line(mode: str, stats: AnswerStats) -> str:
-    """One line: mode, tokens/s, mean accepted tokens per step, speedup vs the plain estimate."""
+def stats_line(mode: str, stats: AnswerStats, extras: ModeExtras | None = None) -> str:
+    """One line: mode, tokens/s, mean accepted tokens per step, speedup vs the plain estimate, and
+    what the mode's extras add."""
     parts = [mode_label(mode)]
-    gen, grounded = stats.generation, stats.grounded
+    gen = stats.generation
     decoder = gen.decoder if gen is not None else None
     if gen is not None:
         parts.append(f"{gen.decode_tps:.1f} tok/s")
@@ -63,10 +62,8 @@ def stats_line(mode: str, stats: AnswerStats) -> str:
             parts.append(f"{decoder.speedup_vs_plain:.2f}× vs plain (est.)")
         else:  # by definition (the ratio dips below 1 only by the final EOG step)
             parts += ["1 token/step", "1.00× (plain baseline)"]
-    if grounded is not None:
-        parts.append(f"{grounded.n_drafts} drafts")
-        parts += [f"retrieve {stats.retrieval.seconds:.2f} s", f"draft {grounded.draft_s:.2f} s",
-                  f"verify {grounded.verify_s:.2f} s"]
+    if extras is not None:
+        parts += extras.stats_parts(stats)
     if gen is not None:
         parts.append(f"{gen.generated_tokens} tokens")
     if stats.waited_s >= 0.05:  # the time the asker really waited, queue included
@@ -74,44 +71,6 @@ def stats_line(mode: str, stats: AnswerStats) -> str:
     else:
         parts.append(f"{stats.total_s:.1f} s")
     return "⚡ " + " · ".join(parts)
-
-
-def _best(drafts: Sequence[GroundedDraft]) -> int | None:
-    """The chosen draft's index: the best-scoring one that may be the answer (None: none may)."""
-    ranked = [i for i, d in enumerate(drafts) if may_answer(d)]
-    return max(ranked, key=lambda i: drafts[i].score if math.isfinite(drafts[i].score) else -math.inf, default=None)
-
-
-def drafts_markdown(drafts: Sequence[GroundedDraft]) -> str:
-    """One block per draft (a seven-column table squeezed its headers into a chat bubble):
-
-        **#1 ✅ Marta Ilves** · score -1.100
-        draft log p -3.200 · consistency -4.100 · reflection -0.200 · from zephyr.md lines 3-4
-        > *The text says Marta Ilves polished it.*
-
-    A dropped draft (its answer never ended) shows what it wrote with "…" and why it was dropped.
-    """
-    if not drafts:
-        return ""
-    best = _best(drafts)
-    blocks = []
-    for i, d in enumerate(drafts):
-        mark = " ✅" if i == best else ""
-        answer = html.escape(" ".join(d.answer.split())) or "(empty)"
-        if d.dropped:
-            answer = f"{answer}… ✂ dropped: {html.escape(d.dropped)}"
-        lines = [f"**#{i + 1}{mark} {answer}** · score {_f(d.score)}",
-                 f"draft log p {_f(d.draft_logprob)} · consistency {_f(d.consistency)} · "
-                 f"reflection {_f(d.reflection)}" + (f" · from {', '.join(c.label for c in d.citations)}"
-                                                      if d.citations else "")]
-        if d.rationale:
-            lines.append(f"> *{html.escape(' '.join(d.rationale.split()))}*")
-        blocks.append("  \n".join(lines[:2]) + ("\n\n" + lines[2] if len(lines) > 2 else ""))
-    return "\n\n".join(blocks)
-
-
-def _f(v: float) -> str:
-    return f"{v:.3f}" if math.isfinite(v) else "–"
 
 
 def _escape_line_start(ln: str) -> str:
@@ -236,13 +195,14 @@ def turn_messages(turn: Turn, n: int) -> list[dict]:
         msgs.append({"role": "assistant", "content": "", "metadata": {
             "title": f"🔎 Also searched ({len(turn.also_searched)}) · not cited", "id": pid, "status": "done"}})
         msgs += _chunk_panels(pid, turn.also_searched, None, numbered=False)
-    if turn.drafts:
-        best = _best(turn.drafts)
-        chosen = f"chosen #{best + 1}, score {_f(turn.drafts[best].score)}" if best is not None else "none chosen"
-        msgs.append({"role": "assistant", "content": drafts_markdown(turn.drafts), "metadata": {
-            "title": f"🧪 Drafts ({len(turn.drafts)}) · {chosen}", "id": f"drafts-{n}", "status": "done"}})
+    panel = turn.extras.panel() if turn.extras is not None else None
+    if panel is not None:
+        title, body = panel
+        msgs.append({"role": "assistant", "content": body, "metadata": {
+            "title": title, "id": f"{turn.extras.kind}-{n}", "status": "done"}})
     if turn.stats is not None:
-        msgs.append({"role": "assistant", "content": f"<small>{html.escape(stats_line(turn.mode, turn.stats))}</small>"})
+        line = stats_line(turn.mode, turn.stats, turn.extras)
+        msgs.append({"role": "assistant", "content": f"<small>{html.escape(line)}</small>"})
     return msgs
 
 

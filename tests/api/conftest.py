@@ -49,7 +49,7 @@ class Server:
         with open(self.log, "a") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "localrag", "serve", "--port", str(self.port), "--index-dir",
-                 str(self.tmp / "index"), "--data-dir", str(self.tmp / "data"), *self.args],
+                 str(self.tmp / "index"), "--data-dir", str(self.tmp / "data"), "--model", MODEL, *self.args],
                 cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.time() + timeout
         while time.time() < deadline:

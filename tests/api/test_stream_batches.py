@@ -12,7 +12,7 @@ import openai
 import pytest
 from openai import OpenAI
 
-from localrag.api.answering import ApiAnswer
+from localrag.api.answering import ChatReply
 from localrag.api.errors import ApiError
 from localrag.api.routes import Batch, Failed, Finished, Piece, stream_bytes
 from localrag.api.schemas import parse_chat
@@ -22,7 +22,7 @@ MODEL = "smollm2-135m-instruct"
 MESSAGES = [{"role": "user", "content": "What colour is the sky?"}]
 REQ = parse_chat({"model": MODEL, "messages": MESSAGES, "stream": True, "stream_options": {"include_usage": True}})
 PIECES = ["The", " sky", " is", " blue", " ☀", "."]
-ANSWER = ApiAnswer(text="".join(PIECES), finish_reason="stop", stats=AnswerStats(mode="plain"), prompt_tokens=9,
+ANSWER = ChatReply(text="".join(PIECES), finish_reason="stop", stats=AnswerStats(mode="plain"), prompt_tokens=9,
                    completion_tokens=len(PIECES))
 
 

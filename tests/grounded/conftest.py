@@ -68,7 +68,7 @@ def drafter():
     from localrag.config import ModelConfig
     from localrag.engine import Engine
 
-    eng = Engine.load(ModelConfig(n_ctx=4096, n_threads=2))
+    eng = Engine.load(ModelConfig(model="smollm2-135m-instruct", n_ctx=4096, n_threads=2))
     yield eng
     eng.close()
 

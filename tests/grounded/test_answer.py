@@ -18,15 +18,20 @@ from pathlib import Path
 
 import pytest
 
-from localrag.answer import Answerer, RasdState, rag_messages
+from localrag.answer import AnswerConfig, Answerer, ModelHub, rag_messages
 from localrag.config import GenerationConfig, GroundedConfig
-from localrag.modes import MODES, AnswerRequest, get_mode, mode_names
+from localrag.grounded.extras import GroundedExtras
+from localrag.modes import MODES, AnswerRequest, get_mode
 from localrag.results import AnswerProgress, AnswerResult, RasdStats
 
 pytestmark = pytest.mark.slow
 
 GEN = GenerationConfig(max_tokens=24)
 Q = "How many days of notice are needed to terminate the agreement?"
+
+
+def ask(mode: str, question: str = Q, history=(), gen: GenerationConfig = GEN, **options) -> AnswerRequest:
+    return AnswerRequest(question, tuple(history), gen, options=get_mode(mode).options(options))
 
 
 def _collect(stream, progress: list | None = None):
@@ -44,8 +49,8 @@ def _collect(stream, progress: list | None = None):
 
 def test_plain_mode_streams_then_cites_what_supports_the_answer(index, drafter):
     ans = Answerer(drafter, index)
-    text, result = _collect(get_mode("plain").stream(ans, AnswerRequest(Q, gen=GEN, k=3)))
-    assert result.mode == "plain" and result.drafts == []
+    text, result = _collect(get_mode("plain").stream(ans, ask("plain", k=3)))
+    assert result.mode == "plain" and result.extras is None
     assert result.text == text.strip() and text.strip()
     hits = index.search(Q, 3)
     ev = result.evidence
@@ -58,17 +63,18 @@ def test_plain_mode_streams_then_cites_what_supports_the_answer(index, drafter):
     assert all(c.text.strip() in system for c in result.citations + result.also_searched)
     assert 'collection "t"' in result.searched and "top 3" in result.searched
     st = result.stats
-    assert st.mode == "plain" and st.retrieval.n_chunks == 3 and st.generation.decoder is None
-    for value in (st.retrieval.seconds, st.generation.prefill_seconds, st.generation.decode_seconds, st.total_s):
+    assert st.mode == "plain" and st.search.n_chunks == 3 and st.generation.decoder is None
+    for value in (st.search.seconds, st.generation.prefill_seconds, st.generation.decode_seconds, st.total_s):
         assert value >= 0
 
 
-@pytest.mark.parametrize("mode", ["plain", "rasd"])
+@pytest.mark.parametrize("mode", ["plain", "speedup"])
 def test_a_cancelled_answer_keeps_its_text_sources_and_stats(index, drafter, mode):
     """Stop (the request's cancel flag) ends the answer early, and the mode still ends with its
     AnswerResult: the text written so far, the citations and the stats."""
     cancel = threading.Event()
-    request = AnswerRequest(Q, gen=GenerationConfig(max_tokens=64), k=3, cancel=cancel)
+    request = AnswerRequest(Q, gen=GenerationConfig(max_tokens=64), cancel=cancel,
+                            options=get_mode(mode).options({"k": 3}))
     pieces, result = [], None
     for item in get_mode(mode).stream(Answerer(drafter, index), request):
         if isinstance(item, AnswerResult):
@@ -89,28 +95,32 @@ def test_history_is_kept_and_no_index_answers_without_documents(drafter):
     history = [{"role": "user", "content": "My name is Ada."}, {"role": "assistant", "content": "Hello Ada!"}]
     result = get_mode("plain").answer(ans, AnswerRequest("What is my name?", tuple(history), GEN))
     assert result.citations == [] and not result.supported and not result.refused  # warned, not refused
-    assert "without documents" in result.searched and result.stats.retrieval.note == "no index"
-    with pytest.raises(ValueError, match="unknown mode 'fast'; choose one of plain, rasd, grounded"):
+    assert "without documents" in result.searched and result.stats.search.note == "no index"
+    with pytest.raises(ValueError, match="unknown mode 'fast'; choose one of plain, speedup, grounded"):
         get_mode("fast")
 
 
 def test_the_registry_names_every_mode_once():
-    assert list(MODES) == ["plain", "rasd", "grounded"]
-    assert mode_names() == ["plain", "rasd", "grounded", "speedup", "specrag"]
-    assert get_mode("specrag") is MODES["grounded"] and get_mode("speedup") is MODES["rasd"]
+    assert list(MODES) == ["plain", "speedup", "grounded"]
+    # the old spellings, as stored chats and old clients send them
+    assert get_mode("specrag") is MODES["grounded"] and get_mode("rasd") is MODES["speedup"]
     assert [m.label for m in MODES.values()] == ["Plain", "Speedup (RASD)", "Grounded (Speculative RAG)"]
 
 
 def test_grounded_mode_streams_its_progress_then_the_checked_answer(index, drafter, verifier):
-    ans = Answerer(drafter, index, verifier=verifier, grounded_config=GroundedConfig(m=2, rationale_tokens=16))
+    models = ModelHub(drafter, load_engine=lambda cfg: verifier)  # the verifier by name: the loaded Gemma
+    ans = Answerer(drafter, index, models, AnswerConfig(grounded=GroundedConfig(rationale_tokens=16)))
     progress: list[AnswerProgress] = []
-    text, result = _collect(get_mode("specrag").stream(ans, AnswerRequest(Q, gen=GEN)), progress)
-    assert result.mode == "grounded" and len(result.drafts) >= 1 and result.on_unsupported == "refuse"
+    request = ask("grounded", drafts=2, drafter="target", verifier="gemma3-270m")
+    text, result = _collect(get_mode("specrag").stream(ans, request), progress)
+    extras = result.extras
+    assert isinstance(extras, GroundedExtras) and extras.scoring == "verifier"
+    assert result.mode == "grounded" and len(extras.drafts) >= 1 and result.on_unsupported == "refuse"
     assert text == ("" if result.refused else result.text) and result.refused == (not result.supported)
     assert result.evidence is not None and [c.chunk_id for c in result.citations] == list(result.evidence.cited)
-    assert result.stats.grounded.n_drafts == len(result.drafts) and result.stats.generation is None
+    assert extras.n_drafts == len(extras.drafts) and result.stats.generation is None
     # searching, drafting 0 of m .. m of m (as drafts finish), verifying: all before the text
-    m = len(result.drafts)
+    m = len(extras.drafts)
     assert progress[0].stage == "searching" and progress[-1].stage == "verifying"
     drafting = [(p.done, p.total) for p in progress[1:-1]]
     assert drafting[0] == (0, m) and drafting[-1] == (m, m) and {p.stage for p in progress[1:-1]} == {"drafting"}
@@ -125,29 +135,28 @@ def test_an_answer_the_documents_do_not_support_is_refused_when_asked(index, dra
     """Nothing about ibuprofen is in the documents: the answer is found in none of its chunks, so
     Plain warns by default and, asked to refuse, says so with what was searched, keeping the text."""
     ans = Answerer(drafter, index)
-    warned = get_mode("plain").answer(ans, AnswerRequest(IBUPROFEN, gen=GEN, k=2))
+    warned = get_mode("plain").answer(ans, ask("plain", IBUPROFEN, k=2))
     assert warned.text and not warned.supported and not warned.refused and warned.citations == []
     assert [s.supported for s in warned.evidence.sentences] == [False] * len(warned.evidence.sentences)
-    refused = get_mode("plain").answer(ans, AnswerRequest(IBUPROFEN, gen=GEN, k=2, on_unsupported="refuse"))
+    refused = get_mode("plain").answer(ans, ask("plain", IBUPROFEN, k=2, on_unsupported="refuse"))
     assert refused.text == warned.text and refused.refused
     assert refused.refusal.startswith("Your documents do not support an answer to this question")
     assert refused.refusal.endswith(f"What was searched: {refused.searched}")
     with pytest.raises(ValueError, match="on_unsupported must be one of warn, refuse"):
-        AnswerRequest(IBUPROFEN, on_unsupported="ignore")
+        get_mode("plain").options({"on_unsupported": "ignore"})
 
 
-def test_one_rasd_decoder_serves_every_answerer_of_a_model(index, drafter):
-    """Fresh Answerers sharing one RasdState (as the UI makes them, one per message) reuse ONE
-    decoder, so what it learned carries over, and its datastore follows each question's chunks.
-    Losslessness itself is tested on the decoder (tests/rasd/test_rasd_models.py)."""
-    state = RasdState()
+def test_one_rasd_decoder_serves_every_answer_of_a_model(index, drafter):
+    """Every answer of one Answerer (one per loaded model, as the app keeps it) reuses ONE Speedup
+    decoder per draft choice, so what it learned carries over, and its datastore follows each
+    question's chunks. Losslessness itself is tested on the decoder (tests/rasd/test_rasd_models.py)."""
+    answerer = Answerer(drafter, index)
     decoders = []
     for question, quote in ((Q, " terminate this agreement with 30 days written notice"),
                             ("When does the blue ferry leave for the island?", " The blue ferry Aurora leaves")):
-        result = get_mode("rasd").answer(Answerer(drafter, index, rasd_state=state),
-                                         AnswerRequest(question, gen=GEN, k=2))
+        result = get_mode("rasd").answer(answerer, ask("speedup", question, k=2))
         assert result.text and isinstance(result.stats.generation.decoder, RasdStats)
-        decoder = state.decoder
+        [decoder] = [r for key, r in answerer._runtimes.items() if key[0] == "speedup"]
         decoders.append(decoder)
         assert decoder.stats.tokens > 0 and result.stats.generation.decoder is decoder.stats
         assert decoder.datastore._corpus.count(drafter.backend.tokenize(quote, add_special=False)) >= 1
@@ -157,7 +166,7 @@ def test_one_rasd_decoder_serves_every_answerer_of_a_model(index, drafter):
 def test_ask_cli_json(index, corpus):
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(Path(__file__).resolve().parents[2]))
     out = subprocess.run([sys.executable, "-m", "localrag", "ask", Q, "--mode", "plain", "--collection", "t",
-                          "--index-dir", str(index.config.index_dir), "--k", "2", "--max-tokens", "12",
+                          "--index-dir", str(index.config.index_dir), "--k", "2", "--max-tokens", "12", "--model", "smollm2-135m-instruct",
                           "--threads", "2", "--json"], capture_output=True, text=True, env=env, timeout=240)
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
@@ -173,7 +182,8 @@ def test_ask_cli_marks_and_refuses(index, corpus):
     --json has "supported": false on the sentences found nowhere."""
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(Path(__file__).resolve().parents[2]))
     base = [sys.executable, "-m", "localrag", "ask", "--mode", "plain", "--collection", "t", "--index-dir",
-            str(index.config.index_dir), "--k", "2", "--max-tokens", "24", "--threads", "2"]
+            str(index.config.index_dir), "--k", "2", "--max-tokens", "24", "--threads", "2",
+            "--model", "smollm2-135m-instruct"]
     out = subprocess.run(base + [IBUPROFEN, "--on-unsupported", "refuse", "--json"], capture_output=True,
                          text=True, env=env, timeout=240)
     data = json.loads(out.stdout)

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from localrag.bench.qa import QARecord, calibrate, run_question, score_answer, summarize
 from localrag.config import GenerationConfig, GroundedConfig
 from localrag.evidence import EvidenceAligner
-from localrag.results import AnswerStats, Citation, GroundedDraft, GroundedStats
+from localrag.grounded.extras import GroundedDraft, GroundedExtras
+from localrag.results import AnswerStats, Citation
 
 
 def _draft(answer: str, score: float, draft_logprob: float, dropped: str = "") -> GroundedDraft:
@@ -26,17 +27,18 @@ class _Reply:
 
 @dataclass
 class _Result:
-    drafts: list
+    extras: GroundedExtras
     supported: bool
-    stats: AnswerStats = field(default_factory=lambda: AnswerStats(grounded=GroundedStats()))
+    stats: AnswerStats = field(default_factory=AnswerStats)
     evidence: None = None  # no evidence check (the pipeline was given no aligner)
 
 
 class FakeAnswerer:
-    index = None
-
     def __init__(self, text: str):
         self.text = text
+
+    def index_for(self, collection):
+        return None
 
 
 def fake_ask(answerer: FakeAnswerer, request) -> _Reply:
@@ -52,7 +54,7 @@ class FakePipeline:
 
     def answer(self, question, index, gen, config):
         self.gens.append(gen)
-        return _Result(self.drafts, self.supported)
+        return _Result(GroundedExtras(drafts=self.drafts), self.supported)
 
 
 DRAFTS = [_draft("the Pacific", -1.0, -0.5, dropped="its answer did not end within 32 tokens"),  # never picked

@@ -12,9 +12,9 @@ import pytest
 
 from localrag.config import GroundedConfig
 from localrag.grounded.drafting import DrafterOutput, SpanCopy, share_plan
+from localrag.grounded.extras import GroundedDraft
 from localrag.grounded.scoring import VerifyScore, combined_score, select, short_answer
 from localrag.grounded.subsets import cluster, make_subsets, random_subsets, shared_prefix_order
-from localrag.results import GroundedDraft
 
 
 def test_kmeans_separates_two_blobs():

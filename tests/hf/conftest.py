@@ -63,7 +63,7 @@ def hf_smollm2():
     """The bundled SmolLM2 GGUF loaded in transformers: fp32 on CPU (the issue's real target)."""
     from localrag.backends.hf import HFBackend
 
-    be = HFBackend(ModelConfig(backend="hf", device="cpu", n_ctx=4096))
+    be = HFBackend(ModelConfig(model="smollm2-135m-instruct", backend="hf", device="cpu", n_ctx=4096))
     yield be
     be.close()
 

@@ -245,11 +245,12 @@ def test_a_damaged_index_after_a_kill_inside_chromas_save(tmp_path, make_index, 
 
 
 def test_the_app_warns_at_start_when_the_index_needs_attention(tmp_path, indexed):
-    from localrag.config import AppConfig
-    from localrag.ui.services import Services
+    from localrag.app.config import AppConfig
+    from localrag.app.services import Services
+    from localrag.rag.config import IndexConfig
 
     idx, docs = indexed
-    services = Services(AppConfig(index_dir=tmp_path / "index", data_dir=tmp_path / "data"),
+    services = Services(AppConfig(index=IndexConfig(index_dir=tmp_path / "index"), data_dir=tmp_path / "data"),
                         index_factory=lambda name: idx)
     try:
         assert services.check_index() == "" and "attention" not in services.model_status()

@@ -24,6 +24,6 @@ def smollm2_draft():
     from localrag.backends.llamacpp import LlamaCppBackend
     from localrag.config import ModelConfig
 
-    be = LlamaCppBackend(ModelConfig(n_ctx=4096, n_seq_max=32))
+    be = LlamaCppBackend(ModelConfig(model="smollm2-135m-instruct", n_ctx=4096, n_seq_max=32))
     yield be
     be.close()

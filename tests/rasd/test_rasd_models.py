@@ -245,7 +245,8 @@ def test_cli_generate_rasd_json(tmp_path):
     ):
         assert key in decoder
     bad = subprocess.run(
-        [sys.executable, "-m", "localrag", "generate", "--mode", "rasd", "--draft", "gemma3-270m", "hi"],
+        [sys.executable, "-m", "localrag", "generate", "--model", "smollm2-135m-instruct", "--decoder", "rasd",
+         "--draft", "gemma3-270m", "hi"],
         capture_output=True,
         text=True,
         timeout=900,

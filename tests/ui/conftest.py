@@ -15,21 +15,14 @@ import numpy as np
 import pytest
 
 from localrag.answer import checked_result
-from localrag.config import AppConfig
+from localrag.app.config import AppConfig
+from localrag.app.services import Services
 from localrag.evidence import EvidenceAligner
+from localrag.grounded.extras import GroundedDraft, GroundedExtras
 from localrag.modes import AnswerMode, GroundedMode, PlainMode, SpeedupMode
+from localrag.rag.config import IndexConfig
 from localrag.rag.records import DocumentInfo, Hit, IngestEvent, IngestReport
-from localrag.results import (
-    AnswerProgress,
-    AnswerStats,
-    Citation,
-    GenerationStats,
-    GroundedDraft,
-    GroundedStats,
-    RasdStats,
-    RetrievalStats,
-)
-from localrag.ui.services import Services
+from localrag.results import AnswerProgress, AnswerStats, Citation, GenerationStats, RasdStats, SearchStats
 
 
 class FakeBackend:
@@ -142,6 +135,7 @@ class FakeAnswering:
     one for each mode (the real result and stats types)."""
 
     pieces = ["Marta ", "Ilves ", "polished ", "it."]
+    notes: list[str] = []  # what the mode says it could not use
     fail: Exception | None = None
     on_piece = None  # callback(i) after each piece (tests use it to press Stop)
     last_request = None
@@ -150,21 +144,21 @@ class FakeAnswering:
     @classmethod
     def reset(cls) -> None:
         cls.pieces = ["Marta ", "Ilves ", "polished ", "it."]
+        cls.notes = []
         cls.fail = cls.on_piece = cls.last_request = cls.last_answerer = None
 
 
 def _stats(mode: str) -> AnswerStats:
     n = len("".join(FakeAnswering.pieces).split())
     gen = GenerationStats(generated_tokens=n, steps=n, decode_seconds=n / 42.0)
-    stats = AnswerStats(mode=mode, total_s=0.5, retrieval=RetrievalStats(query="q", collection="default", k=5),
+    stats = AnswerStats(mode=mode, total_s=0.5, search=SearchStats(query="q", collection="default", k=5),
                         generation=gen)
-    if mode == "rasd":
+    if mode == "speedup":
         gen.steps = 2
         gen.decoder = RasdStats(steps=4, tokens=10, mean_accepted=2.5, speedup_vs_plain=1.8,
                                 accepted_per_step=[1, 3, 4, 2])
     if mode == "grounded":
         stats.generation = None
-        stats.grounded = GroundedStats(n_drafts=2, draft_s=0.2, verify_s=0.1)
     return stats
 
 
@@ -182,16 +176,17 @@ def _fake_stream(self: AnswerMode, answerer, request):
             FakeAnswering.on_piece(i)
         if request.cancelled:  # like the real modes: stop writing, still end with the result
             break
-    drafts = []
+    extras = None
     if self.id == "grounded":
         drafts = [GroundedDraft("Marta Ilves", "The text says Marta Ilves polished it.", [citation()],
                                 -3.2, -4.1, -0.2, -1.1),
                   GroundedDraft("Quillfield", "The town is Quillfield.", [citation()], -2.9, -6.0, -2.3, -3.4)]
+        extras = GroundedExtras(drafts=drafts, n_drafts=2, draft_s=0.2, verify_s=0.1)
     text = "".join(written).strip()
     retrieved = [ZEPHYR_HIT, GARDEN_HIT]
     evidence = EvidenceAligner().align(text, retrieved, question=request.question)
     yield checked_result(text, self.id, evidence, retrieved, _stats(self.id), 'searched "q" in collection "default"',
-                         self.policy(request), drafts)
+                         self.policy(request), extras, notes=FakeAnswering.notes)
 
 
 GROUNDED_PROGRESS = (AnswerProgress("searching"), AnswerProgress("drafting", 0, 2), AnswerProgress("drafting", 1, 2),
@@ -234,7 +229,7 @@ def make_services(tmp_path, fake_answering):
         return indexes[name]
 
     def make(**kw) -> Services:
-        cfg = AppConfig(data_dir=tmp_path / "data", index_dir=tmp_path / "index")
+        cfg = AppConfig(data_dir=tmp_path / "data", index=IndexConfig(index_dir=tmp_path / "index"))
         kw.setdefault("engine", FakeEngine())
         s = Services(cfg, index_factory=index_factory, modes=FAKE_MODES, **kw)
         made.append(s)

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from localrag.config import AppConfig
+from localrag.app.config import AppConfig
+from localrag.app.services import Services
 from localrag.rag.config import IndexConfig
 from localrag.rag.index import DocumentIndex
 from localrag.ui.handlers import DocsController
-from localrag.ui.services import Services
 from tests.ui.conftest import FAKE_MODES, FakeEngine
 
 PROGRESS = re.compile(r"^Ingesting: (\d+)/(\d+) files · \d+ chunks · \d+\.\d chunks/s · ETA (\d+:\d\d|\?)$")
@@ -28,7 +28,7 @@ def make_real_services(tmp_path):
     made: list[Services] = []
 
     def make(**config) -> Services:
-        cfg = AppConfig(data_dir=tmp_path / "data", index_dir=tmp_path / "index", **config)
+        cfg = AppConfig(data_dir=tmp_path / "data", index=IndexConfig(index_dir=tmp_path / "index"), **config)
         s = Services(cfg, engine=FakeEngine(), modes=FAKE_MODES)
         made.append(s)
         return s

@@ -7,8 +7,9 @@ import threading
 import time
 from pathlib import Path
 
-from localrag.models import ModelError
-from localrag.results import AnswerStats, GenerationStats, GroundedDraft, RasdStats
+from localrag.app.history import Turn
+from localrag.grounded.extras import GroundedDraft, GroundedExtras
+from localrag.results import AnswerStats, GenerationStats, RasdStats
 from localrag.ui.handlers import (
     ChatController,
     DocsController,
@@ -16,9 +17,8 @@ from localrag.ui.handlers import (
     chat_label,
     history_choices,
 )
-from localrag.ui.history import Turn
 from localrag.ui.render import accepted_per_step, chat_messages, stats_line
-from localrag.ui.services import Settings
+from localrag.ui.settings import Settings
 from tests.ui.conftest import ZEPHYR_HIT, FakeBackend, FakeEngine
 
 
@@ -83,7 +83,7 @@ def test_follow_up_sends_history_and_new_chat_is_separate(make_services, fake_an
     cid = run(chat.respond(None, "first?", Settings()))[-1].chat_id
     run(chat.respond(cid, "second?", Settings(k=7, max_tokens=64, temperature=0.5)))
     request = fake_answering.last_request
-    assert request.question == "second?" and request.k == 7 and request.collection == "default"
+    assert request.question == "second?" and request.options.k == 7 and request.collection == "default"
     assert request.gen.max_tokens == 64 and request.gen.temperature == 0.5
     assert request.history == ({"role": "user", "content": "first?"},
                                {"role": "assistant", "content": "Marta Ilves polished it."})
@@ -286,17 +286,16 @@ def test_model_and_document_html_is_escaped(make_services, fake_answering):
 
 def test_speedup_mode_stats_and_plot(make_services):
     s = make_services()
-    final = run(ChatController(s).respond(None, "q", Settings(mode="rasd")))[-1]
+    final = run(ChatController(s).respond(None, "q", Settings(mode="speedup")))[-1]
     line = final.messages[-1]["content"]
     assert line.startswith("<small>⚡ Speedup (RASD)") and "2.50 accepted tokens/step" in line and "1.80× vs plain" in line
     assert final.steps == [1, 3, 4, 2]
 
 
 def test_grounded_mode_shows_drafts_with_scores(make_services):
-    loaded = []
-    s = make_services(model_loader=lambda cfg: loaded.append(cfg.model) or FakeEngine())
+    """The mode's extras (Grounded's drafts) are its own panel, rendered without the UI knowing the mode."""
+    s = make_services()
     final = run(ChatController(s).respond(None, "q", Settings(mode="grounded")))[-1]
-    assert loaded == ["gemma3-270m"]  # the bundled verifier
     drafts = next(m for m in final.messages if m.get("metadata", {}).get("title", "").startswith("🧪 Drafts (2)"))
     assert "chosen #1" in drafts["metadata"]["title"]
     content = drafts["content"]
@@ -330,7 +329,7 @@ def test_a_dropped_draft_is_marked_and_never_the_chosen_one():
     whole = GroundedDraft("Quillfield", "", [], -2.9, -6.0, -2.3, -3.4)
 
     def drafts_panel(drafts):
-        messages = chat_messages([Turn(question="q", answer="", mode="grounded", drafts=drafts)])
+        messages = chat_messages([Turn(question="q", answer="", mode="grounded", extras=GroundedExtras(drafts=drafts))])
         return next(m for m in messages if m.get("metadata", {}).get("title", "").startswith("🧪 Drafts"))
 
     panel = drafts_panel([cut, whole])
@@ -341,22 +340,24 @@ def test_a_dropped_draft_is_marked_and_never_the_chosen_one():
     assert drafts_panel([cut])["metadata"]["title"] == "🧪 Drafts (1) · none chosen"
 
 
-def test_unusable_draft_is_reported(make_services):
-    def bad_draft(backend, name):
-        raise ModelError(f"{name}: vocabulary differs from the target")
-
-    s = make_services(draft_loader=bad_draft)
-    s.engine.backend = None
-    final = run(ChatController(s).respond(None, "q", Settings(mode="rasd", draft_model="gemma3-270m")))[-1]
+def test_what_a_mode_could_not_use_is_shown(make_services, fake_answering):
+    """A mode's notes (Speedup: a draft model it could not use, and that it speculated from retrieval
+    alone) are shown with the answer; the real note is tested with real models in tests/grounded."""
+    fake_answering.notes = ["draft model gemma3-270m is unusable: different vocabularies. Speculating from "
+                            "retrieval only."]
+    s = make_services()
+    final = run(ChatController(s).respond(None, "q", Settings(mode="speedup", draft_model="gemma3-270m")))[-1]
     assert "draft model gemma3-270m is unusable" in final.messages[1]["content"]
     assert "⚡ Speedup" in final.messages[-1]["content"]  # still answered, retrieval-only
+    assert fake_answering.last_request.options.draft == "gemma3-270m"  # the setting reached the mode's options
 
 
 def test_draft_vocabulary_check_with_real_registry(make_services):
-    s = make_services()
+    s = make_services()  # the target: the default model (Qwen2.5-Coder-1.5B, by the app's config)
     note = SettingsController(s).draft_note("gemma3-270m")
     assert "unusable" in note and "different vocabularies" in note
-    assert SettingsController(s).draft_note("smollm2-135m-instruct").startswith("ℹ️")
+    assert "shares the target's vocabulary" in SettingsController(s).draft_note("qwen2.5-coder-0.5b-instruct")
+    assert SettingsController(s).draft_note("qwen2.5-coder-1.5b-instruct").startswith("ℹ️")  # the target itself
     usable, _ = SettingsController(s).models()
     assert {"smollm2-135m-instruct", "gemma3-270m"} <= set(usable)
 
@@ -457,12 +458,13 @@ def test_chunk_text_is_shown_literally():
     assert out.splitlines() == ["\\# Title  ", "\\- item  ", "12\\. step  ", "&lt;script&gt;x&lt;/script&gt;"]
 
 
-def test_rasd_acceptance_statistics_outlive_one_answer(make_services):
-    """Every answer gets a fresh Answerer, but RASD's decoder (what it learned) carries over, until a model swap."""
+def test_what_the_modes_keep_outlives_one_answer_until_a_model_swap(make_services):
+    """One Answerer per loaded model: what the modes keep there (Speedup's decoder and what it learned)
+    carries from answer to answer, and a model swap starts afresh."""
     s = make_services(model_loader=lambda cfg: FakeEngine())
-    first, _ = s.answerer(Settings(mode="rasd"))
-    second, _ = s.answerer(Settings(mode="rasd"))
-    assert first.rasd_state is second.rasd_state
+    first = s.answerer
+    kept = first.runtime(("speedup", None), object)
+    run(ChatController(s).respond(None, "q", Settings(mode="speedup")))
+    assert s.answerer is first and first.runtime(("speedup", None), object) is kept
     assert "Loaded" in s.swap_model("smollm2-135m-instruct", 0)
-    third, _ = s.answerer(Settings(mode="rasd"))
-    assert third.rasd_state is not first.rasd_state
+    assert s.answerer is not first and s.answerer.runtime(("speedup", None), object) is not kept

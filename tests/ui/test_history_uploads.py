@@ -6,22 +6,41 @@ from pathlib import Path
 
 import pytest
 
-from localrag.results import AnswerStats, Citation, GenerationStats, GroundedDraft, RasdStats
-from localrag.ui.history import ChatStore, Turn, make_title
+from localrag.app.history import ChatStore, Turn, make_title
+from localrag.grounded.extras import GroundedDraft, GroundedExtras
+from localrag.results import AnswerStats, Citation, GenerationStats, RasdStats
 from localrag.ui.uploads import UploadError, inside, safe_name, stage_uploads
+
+
+def test_a_chat_stored_before_modes_had_extras_reads_back(tmp_path):
+    """An older row: mode "rasd" and Grounded's drafts and phase times in shared fields. It reads back
+    as the mode's extras, and the old mode name still shows the mode's label."""
+    import json
+
+    from localrag.app.history import Turn as StoredTurn
+    from localrag.ui.render import mode_label
+
+    draft = {"answer": "d", "rationale": "r", "citations": [], "draft_logprob": -1.0, "consistency": -2.0,
+             "reflection": -0.5, "score": -1.0}
+    payload = json.dumps({"drafts": [draft], "stats": {"mode": "grounded", "retrieval": {"query": "q", "k": 10},
+                                                       "grounded": {"n_drafts": 1, "draft_s": 0.5}}})
+    turn = StoredTurn.from_row(1, "q", "a", "grounded", payload)
+    assert isinstance(turn.extras, GroundedExtras) and turn.extras.n_drafts == 1 and turn.extras.draft_s == 0.5
+    assert turn.extras.drafts[0].answer == "d" and turn.stats.search.query == "q" and turn.stats.search.k == 10
+    assert mode_label("rasd") == "Speedup (RASD)" and mode_label("specrag") == "Grounded (Speculative RAG)"
 
 
 def test_history_survives_reopen(tmp_path):
     store = ChatStore(tmp_path / "h.sqlite")
     a = store.new_chat("First question about the telescope")
     cite = Citation("x.md", None, 1, 1, "snip", "text", "v1:0", "x.md line 1")
-    stats = AnswerStats(mode="rasd", total_s=1.0,
+    stats = AnswerStats(mode="speedup", total_s=1.0,
                         generation=GenerationStats(generated_tokens=3, decoder=RasdStats(accepted_per_step=[1, 2])))
-    store.add_turn(a, Turn("q1", "a1", "rasd", citations=[cite], stats=stats))
+    store.add_turn(a, Turn("q1", "a1", "speedup", citations=[cite], stats=stats))
     b = store.new_chat("Second")
     store.add_turn(b, Turn("q2", "a2", "plain"))
     draft = GroundedDraft("d", "r", [cite], -1.0, -2.0, -0.5, -1.0, subset=(0, 2))
-    store.add_turn(a, Turn("q3", "a3", "grounded", drafts=[draft]))
+    store.add_turn(a, Turn("q3", "a3", "grounded", extras=GroundedExtras(drafts=[draft], n_drafts=1)))
     store.close()
 
     again = ChatStore(tmp_path / "h.sqlite")
@@ -31,7 +50,8 @@ def test_history_survives_reopen(tmp_path):
     turns = again.turns(a)
     assert [t.question for t in turns] == ["q1", "q3"]
     assert turns[0].citations == [cite] and turns[0].stats == stats  # read back into the same types
-    assert turns[1].drafts == [draft] and turns[1].mode == "grounded" and turns[1].stats is None
+    assert turns[1].extras == GroundedExtras(drafts=[draft], n_drafts=1)  # read back as the mode's own type
+    assert turns[1].mode == "grounded" and turns[1].stats is None
     assert again.pop_last_turn(a).question == "q3"
     assert [t.question for t in again.turns(a)] == ["q1"]
     again.delete_chat(b)

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from localrag.ui.launch import parse_args
+from localrag.launch import parse_args
 
 
 def test_parse_args_defaults_are_private():
     cfg = parse_args([])
     assert (cfg.host, cfg.port, cfg.share) == ("127.0.0.1", 7860, False)
-    assert cfg.model.model == "smollm2-135m-instruct"
+    assert cfg.model.model == "qwen2.5-coder-1.5b-instruct"  # the default answer model
 
 
 def test_parse_args_dirs(tmp_path):

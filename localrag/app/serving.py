@@ -198,7 +198,7 @@ class GenerationThread:
         generation = GenerationThread()
         generation.submit(job)             # job() runs on the thread, after the jobs before it
         result = generation.call(fn)       # the same, waiting for fn's result (or its exception)
-        for item in generation.steps(it): ...   # an iterator advanced on the thread, item by item
+        for item in generation.iterate(it): ... # an iterator advanced on the thread, item by item
 
     The thread starts with the first job. A job reports its own errors; one that raises is logged
     and the thread goes on.
@@ -231,7 +231,7 @@ class GenerationThread:
         self.submit(job)
         return future.result()
 
-    def steps(self, items: Generator[T, None, None]) -> Iterator[T]:
+    def iterate(self, items: Generator[T, None, None]) -> Iterator[T]:
         """``items``, each one computed on the thread (for a generator a server steps from
         whichever worker thread it likes, as Gradio does); closing this closes ``items`` there."""
         sentinel = object()

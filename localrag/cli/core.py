@@ -2,7 +2,7 @@
 
     python -m localrag models
     python -m localrag generate "The capital of France is" --max-tokens 32 --json
-    python -m localrag generate --backend hf --device cpu --mode rasd --draft smollm2-135m-instruct "..."
+    python -m localrag generate --backend hf --device cpu --decoder rasd --draft smollm2-135m-instruct "..."
     python -m localrag chat --model gemma3-270m
 """
 
@@ -67,9 +67,11 @@ def add_cli(sub) -> None:
     add_sampling_args(p)
     p.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of streaming")
-    p.add_argument("--mode", choices=("plain", "rasd"), default="plain", help="rasd: retrieval-augmented speculative decoding")
-    p.add_argument("--draft", default=None, help="rasd draft model (registry name or .gguf; same vocabulary as --model)")
-    p.add_argument("--docs", nargs="+", default=[], metavar="FILE", help="rasd: text files added to the retrieval datastore")
+    p.add_argument("--decoder", "--mode", dest="decoder", choices=("plain", "rasd"), default="plain",
+                   type=lambda v: "rasd" if v == "speedup" else v,
+                   help="rasd: retrieval-augmented speculative decoding, Speedup mode's decoder")
+    p.add_argument("--draft", default=None, help="rasd: draft model (registry name or .gguf; same vocabulary as --model)")
+    p.add_argument("--docs", nargs="+", default=[], metavar="FILE", help="rasd: text files added to the token datastore")
     p.set_defaults(func=cmd_generate)
 
     p = sub.add_parser("chat", help="interactive terminal chat")
@@ -153,13 +155,13 @@ def cmd_generate(args) -> int:
         return _fail(str(exc))
     cfg = generation_config(args)
     decoder = None
-    if args.mode == "rasd":
+    if args.decoder == "rasd":
         try:
             decoder = _rasd_decoder(engine, args)
         except (ModelError, OSError) as exc:
             return _fail(str(exc))
     elif args.draft or args.docs:
-        return _fail("--draft and --docs need --mode rasd")
+        return _fail("--draft and --docs need --decoder rasd")
     if args.chat:
         gen = engine.chat([{"role": "user", "content": args.prompt}], cfg, decoder=decoder)
     else:
@@ -177,7 +179,7 @@ def cmd_generate(args) -> int:
 
 
 def _rasd_decoder(engine: Engine, args) -> Decoder:
-    """The Speedup decoder for ``generate --mode rasd`` (docs read as UTF-8 text)."""
+    """The Speedup decoder for ``generate --decoder rasd`` (docs read as UTF-8 text)."""
     docs = [Path(f).read_text(encoding="utf-8", errors="replace") for f in args.docs]
     draft = load_draft(engine.backend, args.draft) if args.draft else None
     return RasdDecoder(engine.backend, RasdConfig(), draft=draft, documents=docs)

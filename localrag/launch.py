@@ -1,4 +1,4 @@
-"""Start the app: parse arguments, load the model with visible progress, serve the page, the
+"""The app's launcher (above the UI and the API, which never import each other): parse arguments, load the model with visible progress, serve the page, the
 OpenAI-compatible API and the MCP tools from one process (one model, one index, one queue).
 
     python app.py [--host 127.0.0.1] [--port 7860] [--model NAME|PATH] [--gpu-layers N]
@@ -25,8 +25,8 @@ import threading
 import time
 from dataclasses import replace
 
-from localrag.api.cli import add_server_args, server_config
-from localrag.config import AppConfig
+from localrag.app.config import AppConfig
+from localrag.app.options import add_server_args, server_config
 from localrag.models import ModelError
 
 
@@ -55,8 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     # Imported after the first progress line: the engine, Chroma and Gradio take ~6 s to import on
     # a 2-core machine (python -X importtime -c "import localrag.ui.layout"), and the person who
     # started the app should see at once that it is starting.
+    from localrag.app.services import Services
     from localrag.engine import Engine
-    from localrag.ui.services import Services
 
     engine, error = None, ""
     try:

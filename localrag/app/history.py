@@ -2,7 +2,7 @@
 
 A *turn* is one question and its answer plus the evidence shown with it
 (the sentence-level evidence, citations, what else was searched, a refusal,
-stats, Grounded drafts), stored as JSON so the UI can re-render a past chat
+stats, the mode's extras such as Grounded's drafts), stored as JSON so the UI can re-render a past chat
 exactly as it looked. UI-free; the Gradio app and tests use it alike.
 
     store = ChatStore(data_dir / "history.sqlite")
@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from localrag.results import AnswerEvidence, AnswerResult, AnswerStats, Citation, GroundedDraft
+from localrag.results import AnswerEvidence, AnswerResult, AnswerStats, Citation, ModeExtras
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS chats (
@@ -36,7 +36,7 @@ CREATE TABLE IF NOT EXISTS turns (
     question TEXT NOT NULL,
     answer TEXT NOT NULL,
     mode TEXT NOT NULL,
-    payload TEXT NOT NULL,      -- JSON: evidence, citations, also searched, refusal, stats, drafts, error, collection
+    payload TEXT NOT NULL,      -- JSON: evidence, citations, also searched, refusal, stats, extras, error, collection
     created REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS turns_by_chat ON turns(chat_id, id);
@@ -54,7 +54,7 @@ class Turn:
     mode: str = "plain"
     citations: list[Citation] = field(default_factory=list)
     stats: AnswerStats | None = None
-    drafts: list[GroundedDraft] = field(default_factory=list)
+    extras: ModeExtras | None = None  # what the mode added (Grounded: its drafts)
     error: str = ""
     notes: list[str] = field(default_factory=list)  # not errors: "stopped", "empty collection", ...
     collection: str = ""
@@ -70,7 +70,8 @@ class Turn:
         self.answer = result.text or self.answer.strip()
         self.citations, self.also_searched = list(result.citations), list(result.also_searched)
         self.evidence, self.refusal, self.supported = result.evidence, result.refusal, result.supported
-        self.drafts, self.stats, self.searched = list(result.drafts), result.stats, result.searched
+        self.extras, self.stats, self.searched = result.extras, result.stats, result.searched
+        self.notes += [n for n in result.notes if n not in self.notes]
 
     def payload(self) -> str:
         return json.dumps({"citations": [c.to_dict() for c in self.citations],
@@ -78,7 +79,8 @@ class Turn:
                            "evidence": self.evidence.to_dict() if self.evidence is not None else None,
                            "refusal": self.refusal, "supported": self.supported,
                            "stats": self.stats.to_dict() if self.stats is not None else None,
-                           "drafts": [d.to_dict() for d in self.drafts], "error": self.error, "notes": self.notes,
+                           "extras": self.extras.to_dict() if self.extras is not None else None,
+                           "error": self.error, "notes": self.notes,
                            "collection": self.collection, "searched": self.searched}, ensure_ascii=False)
 
     @classmethod
@@ -95,7 +97,7 @@ class Turn:
                    evidence=AnswerEvidence.from_dict(evidence) if evidence else None,
                    refusal=extra.get("refusal") or "", supported=extra.get("supported"),
                    stats=AnswerStats.from_dict(stats) if stats else None,
-                   drafts=[GroundedDraft.from_dict(d) for d in extra.get("drafts") or []],
+                   extras=ModeExtras.stored(extra),
                    error=extra.get("error") or "", notes=extra.get("notes") or [],
                    collection=extra.get("collection") or "", searched=extra.get("searched") or "")
 

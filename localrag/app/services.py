@@ -1,0 +1,232 @@
+"""The app's object graph, shared by the page, the HTTP API, the MCP tools and ``serve``.
+
+No Gradio and no HTTP here. ``Services`` owns the long-lived objects: the loaded target and the
+``Answerer`` over it (the models beside it, the search, the prompt, the check), one ``IndexSet``
+(every collection's index, one embedding model), the chat history, the queue every answer and
+model swap waits in, the one thread every answer is computed on, and the folder watcher. It
+answers "can this mode run, and if not, why?" from the mode registry, so a front end explains
+unusable choices instead of ignoring them, and it turns a front end's loose settings into an
+``AnswerRequest`` (``request``).
+
+    services = Services(AppConfig(), engine=Engine.load(ModelConfig()))
+    ok, why = services.mode_status("speedup")
+    request = services.request("speedup", "What is in the report?", values={"k": 8})
+    for item in services.stream("speedup", request): ...
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+
+from localrag.answer import Answerer, ModelHub
+from localrag.app.config import AppConfig
+from localrag.app.history import ChatStore
+from localrag.app.serving import GenerationQueue, GenerationThread, QueueFull
+from localrag.backends.base import Backend
+from localrag.config import GenerationConfig, ModelConfig
+from localrag.engine import Engine
+from localrag.models import ModelError
+from localrag.modes import MODES, AnswerMode, AnswerRequest, get_mode
+from localrag.modes.base import CancelFlag
+from localrag.rag.check import IndexCheck
+from localrag.rag.index import DocumentIndex
+from localrag.rag.indexes import IndexSet
+from localrag.rag.watch import FolderState, FolderWatcher
+from localrag.rasd import load_draft
+from localrag.results import AnswerProgress, AnswerResult
+
+DEFAULT_COLLECTION = "default"
+LOAD_ERRORS = (ModelError, OSError, RuntimeError, ValueError)  # a model that fails to load says why
+
+
+class Services:
+    """Long-lived state shared by every browser tab and API request. Generation and model swaps
+    take turns in ``queue`` (``localrag.app.serving.GenerationQueue``); answers are computed on
+    ``generation`` (``GenerationThread``: one thread, so one OpenMP team).
+
+    The factories replace the real model, index and draft loading (tests use fakes); ``modes``
+    replaces the mode registry."""
+
+    def __init__(self, config: AppConfig, engine: Engine | None = None, engine_error: str = "",
+                 index_factory: Callable[[str], DocumentIndex] | None = None,
+                 model_loader: Callable[[ModelConfig], Engine] | None = None,
+                 draft_loader: Callable[[Backend, str], Backend] | None = None,
+                 modes: Mapping[str, AnswerMode] = MODES) -> None:
+        self.config = config
+        self.engine_error = engine_error
+        self.model_config = config.model
+        self.modes = dict(modes)
+        self.queue = GenerationQueue(max_waiting=config.max_waiting)
+        self.generation = GenerationThread()
+        self.history = ChatStore(Path(config.data_dir) / "history.sqlite")
+        self.uploads_dir = Path(config.data_dir) / "uploads"
+        self.indexes = IndexSet(config.index, factory=index_factory)
+        self._model_loader = model_loader or Engine.load
+        self._draft_loader = draft_loader or load_draft
+        self.answerer: Answerer | None = None
+        self._watcher: FolderWatcher | None = None
+        self._watcher_lock = threading.Lock()
+        self.index_health = ""  # check_index's warning ('' while the index is healthy or unchecked)
+        self._set_engine(engine)
+
+    # ------------------------------------------------------------ models
+    @property
+    def engine(self) -> Engine | None:
+        return self.answerer.engine if self.answerer is not None else None
+
+    def _set_engine(self, engine: Engine | None) -> None:
+        """A new target: a fresh Answerer (drafts were checked against the old target's vocabulary,
+        and what the modes learned was learned for it)."""
+        old = self.answerer
+        self.answerer = None if engine is None else Answerer(
+            engine, self.indexes, ModelHub(engine, self._model_loader, self._draft_loader), self.config.answer)
+        if old is not None:
+            old.close()
+
+    def swap_model(self, model: str, gpu_layers: int) -> str:
+        """Load another target model, in line behind the answers already asked; on failure keep
+        the current one. Returns a status message."""
+        try:
+            with self.queue.turn("model-swap"):
+                self.load_model(model, gpu_layers)
+        except QueueFull as exc:
+            return f"❌ Could not load **{model}**: {exc}; try again in a moment."
+        except LOAD_ERRORS as exc:
+            kept = f" Still using {self.engine.model_name}." if self.engine is not None else ""
+            return f"❌ Could not load **{model}**: {exc}.{kept}"
+        return f"✅ Loaded **{self.engine.model_name}** (GPU layers {gpu_layers})."
+
+    def load_model(self, model: str, gpu_layers: int | None = None) -> None:
+        """Replace the target model. The caller holds the queue's turn; raises LOAD_ERRORS and
+        then keeps the current model."""
+        layers = self.model_config.n_gpu_layers if gpu_layers is None else int(gpu_layers)
+        cfg = ModelConfig(model=model, n_gpu_layers=layers, n_ctx=self.model_config.n_ctx)
+        new = self._model_loader(cfg)
+        old = self.engine
+        self._set_engine(new)
+        self.engine_error, self.model_config = "", cfg
+        if old is not None:
+            old.close()
+
+    def model_status(self) -> str:
+        """The header line: the model (or why none is loaded), then the index's health warning, if any."""
+        if self.engine is None:
+            line = f"❌ No model loaded: {self.engine_error or 'unknown error'}. Pick a model and press Load."
+        else:
+            line = f"Model: **{self.engine.model_name}**"
+            if not self.engine.backend.deterministic:  # GPU layers, llama.cpp's default kernels, transformers
+                line += (" · not bit-exact: the same question may get a different answer at the model's "
+                         "near-ties (batch-dependent kernels)")
+        return line + (f"  \n{self.index_health}" if self.index_health else "")
+
+    def default_draft(self) -> str | None:
+        """The registry's draft model for the loaded target (None: none pairs with it)."""
+        return self.answerer.models.default_draft() if self.answerer is not None else None
+
+    # ------------------------------------------------------------ modes and answers
+    def mode(self, name: str) -> AnswerMode:
+        """The mode called ``name`` (an id, or an old spelling); ValueError naming the choices."""
+        return get_mode(name, self.modes)
+
+    def mode_label(self, name: str) -> str:
+        try:
+            return self.mode(name).label
+        except ValueError:
+            return name
+
+    def mode_status(self, name: str) -> tuple[bool, str]:
+        """(usable, reason when not), from the mode itself."""
+        try:
+            mode = self.mode(name)
+        except ValueError as exc:
+            return False, str(exc)
+        if self.answerer is None:
+            return False, f"no model is loaded ({self.engine_error or 'load one under Model'})"
+        return mode.available(self.answerer)
+
+    def request(self, mode: str, question: str, history: Sequence[dict] = (), gen: GenerationConfig | None = None,
+                collection: str | None = None, values: Mapping[str, object] | None = None,
+                cancel: CancelFlag | None = None, documents: bool = True) -> AnswerRequest:
+        """An AnswerRequest from a front end's loose settings: ``values`` become the mode's options
+        (ValueError naming a bad one)."""
+        return AnswerRequest(question, tuple(history), gen or GenerationConfig(), collection=collection,
+                             documents=documents, cancel=cancel, options=self.mode(mode).options(values))
+
+    def stream(self, mode: str, request: AnswerRequest) -> Iterator[str | AnswerProgress | AnswerResult]:
+        """The mode's answer, computed on the generation thread (the caller holds the queue's turn)."""
+        return self.generation.iterate(self.mode(mode).stream(self.answerer, request))
+
+    # ------------------------------------------------------------ documents
+    def index(self, collection: str | None) -> DocumentIndex:
+        """The DocumentIndex of a collection (one cache; all share one embedding model)."""
+        return self.indexes.get(collection)
+
+    def ensure_embedder(self) -> None:
+        """Load the shared embedding model once; concurrent callers wait instead of loading it twice."""
+        self.indexes.warm()
+
+    def collections(self) -> list[str]:
+        return self.indexes.collections()
+
+    def check_index(self) -> str:
+        """The cheap part of ``python -m localrag check`` (no sweep, no hashing) over every collection,
+        run at start: '' when healthy, else one warning line naming the problems and the command."""
+        found = []
+        for name in self.collections():
+            report = IndexCheck(self.index(name), uploads_dir=self.uploads_dir).run(full=False)
+            if not report.ok:
+                found.append(f"{name}: {report.summary()}")
+        self.index_health = "" if not found else (
+            f"⚠️ The document index needs attention ({'; '.join(found)}). "
+            f"Run `python -m localrag check --repair` (`python -m localrag check` lists each problem).")
+        return self.index_health
+
+    # ------------------------------------------------------------ watched folders
+    @property
+    def watcher(self) -> FolderWatcher:
+        """Keeps watched folders in sync into this app's indexes (started on first use). Its syncs
+        run on its own thread under each index's write lock; answers never wait for them."""
+        with self._watcher_lock:
+            if self._watcher is None:
+                self._watcher = FolderWatcher(self.index).start()
+            return self._watcher
+
+    def start_watching(self) -> int:
+        """Follow every folder any collection remembers: each is synced first (catching what changed
+        while the app was down), on the watcher's thread. Returns how many."""
+        records = self.index(DEFAULT_COLLECTION).manifest.watches()
+        if records:
+            self.watcher.resume(records)
+        return len(records)
+
+    def watch_states(self, collection: str) -> list[FolderState]:
+        """What the watcher does with each folder of ``collection`` ([] before it started)."""
+        return self._watcher.states(collection) if self._watcher is not None else []
+
+    def watch_syncs(self) -> int:
+        """Syncs the watcher finished so far (0 before it started)."""
+        return self._watcher.completed if self._watcher is not None else 0
+
+    @property
+    def serves_this_machine_only(self) -> bool:
+        """Bound to a loopback address without a share link: only people at this machine reach the
+        page. Watching a folder by its path reads this machine's files, so only then is it offered."""
+        if self.config.share:
+            return False
+        if self.config.host == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(self.config.host).is_loopback
+        except ValueError:
+            return False
+
+    def close(self) -> None:
+        if self._watcher is not None:
+            self._watcher.stop()
+        self.history.close()
+        if self.answerer is not None:
+            self.answerer.close()
+        self.indexes.close()
