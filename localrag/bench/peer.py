@@ -9,7 +9,8 @@
 
 Both are built on demand from the llama.cpp sources that the installed llama-cpp-python
 vendors (its sdist from PyPI), with the x86-64-v3 flags ``scripts/setup.sh`` uses for the
-Python build, and cached under ``default_cache_dir() / "llama.cpp"``:
+Python build, and cached under ``default_cache_dir() / "llama.cpp"`` (``localrag.llamacpp_build``,
+which builds ``llama-server`` the same way):
 
     tools = peer_tools()                 # builds once (minutes on 2 cores); PeerUnavailable if it cannot
     run = run_lookup(tools, model, prompt_text, n_new=64, draft=3, threads=2, n_ctx=4096)
@@ -18,40 +19,25 @@ Python build, and cached under ``default_cache_dir() / "llama.cpp"``:
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
-import platform
 import re
-import shutil
 import subprocess
-import sys
-import tarfile
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import llama_cpp
 
-from localrag.config import default_cache_dir
+from localrag.llamacpp_build import BuildUnavailable, llama_programs
 
 TARGETS = ("llama-lookup", "llama-bench")
-# The same x86-64 flags as scripts/setup.sh passes to the llama-cpp-python build (portable
-# x86-64-v3, no -march=native: native enables AMX on CPUs whose VM may not grant it).
-X86_64_FLAGS = ("-DGGML_NATIVE=OFF", "-DGGML_AVX=ON", "-DGGML_AVX2=ON", "-DGGML_FMA=ON", "-DGGML_F16C=ON",
-                "-DGGML_BMI2=ON")
-# only the two programs and the libraries they link: no server, tests, network or Python bindings
-BUILD_FLAGS = ("-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=OFF", "-DLLAMA_BUILD_COMMON=ON",
-               "-DLLAMA_BUILD_EXAMPLES=ON", "-DLLAMA_BUILD_TOOLS=ON", "-DLLAMA_BUILD_TESTS=OFF",
-               "-DLLAMA_BUILD_SERVER=OFF", "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF")
 DECODED = re.compile(r"decoded\s+(\d+) tokens in\s+([0-9.]+) seconds")
 N_DRAFT = re.compile(r"n_draft\s+=\s+(\d+)")
 N_DRAFTED = re.compile(r"n_drafted\s+=\s+(\d+)")
 N_ACCEPT = re.compile(r"n_accept\s+=\s+(\d+)")
 
-
-class PeerUnavailable(RuntimeError):
-    """The C++ peer cannot be built here (no compiler or cmake, no network for the sdist, a failed build)."""
+# The C++ peer cannot be built here (no compiler or cmake, no network for the sdist, a failed build).
+PeerUnavailable = BuildUnavailable
 
 
 @dataclass(frozen=True)
@@ -73,84 +59,10 @@ class LookupRun:
     n_accept: int
 
 
-def cmake_flags() -> tuple[str, ...]:
-    """CMAKE_ARGS as given (as scripts/setup.sh passes them through), else the portable x86-64 set."""
-    given = os.environ.get("CMAKE_ARGS", "").split()
-    if given:
-        return tuple(given)
-    return X86_64_FLAGS if platform.machine() in ("x86_64", "AMD64") else ()
-
-
-def build_dir() -> Path:
-    """Cache folder of this llama-cpp-python version and these flags."""
-    key = hashlib.sha1(" ".join(cmake_flags() + BUILD_FLAGS).encode()).hexdigest()[:10]
-    return default_cache_dir() / "llama.cpp" / f"{llama_cpp.__version__}-{key}"
-
-
 def peer_tools(build: bool = True) -> PeerTools:
     """The built programs; builds them first when missing (and `build`). Raises PeerUnavailable."""
-    root = build_dir()
-    tools = PeerTools(root / "bin" / "llama-lookup", root / "bin" / "llama-bench", llama_cpp.__version__)
-    if tools.lookup.exists() and tools.bench.exists():
-        return tools
-    if not build:
-        raise PeerUnavailable(f"llama.cpp's C++ peer is not built under {root}")
-    missing = [name for name, exe in (("cmake", "cmake"), ("a C compiler", "cc"), ("a C++ compiler", "c++"))
-               if shutil.which(os.environ.get(exe.upper().replace("+", "X"), exe)) is None]
-    if missing:
-        raise PeerUnavailable(f"no {' or '.join(missing)} on PATH: cannot build llama.cpp's llama-lookup")
-    _build(root)
-    return tools
-
-
-def _build(root: Path) -> None:
-    """pip download the sdist, extract its vendor/llama.cpp, CMake-build the two targets into
-    root/bin (built in a scratch folder beside root, then renamed: a half build never counts)."""
-    version = llama_cpp.__version__
-    root.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="build-", dir=root.parent))
-    log = root.parent / f"build-{root.name}.log"
-    print(f"[bench] building llama.cpp {version} (llama-lookup, llama-bench) under {root}; log {log}",
-          file=sys.stderr)
-    with log.open("w") as out:
-        def run(cmd: list[str], **kw) -> None:
-            out.write("$ " + " ".join(cmd) + "\n")
-            out.flush()
-            if subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, **kw).returncode:
-                shutil.rmtree(work, ignore_errors=True)
-                raise PeerUnavailable(f"building llama.cpp's llama-lookup failed at {cmd[0]} {cmd[1]}: see {log}")
-
-        run([sys.executable, "-m", "pip", "download", "--no-binary", ":all:", "--no-deps", "-q", "-d", str(work),
-             f"llama-cpp-python=={version}"])
-        sdists = sorted(work.glob("llama_cpp_python-*.tar.gz"))
-        if not sdists:
-            raise PeerUnavailable(f"pip found no llama-cpp-python {version} sdist: see {log}")
-        src = _extract_vendored(sdists[0], work / "src")
-        gen = ["-G", "Ninja"] if shutil.which("ninja") else []
-        run(["cmake", "-S", str(src), "-B", str(work / "build"), *gen, *BUILD_FLAGS, *cmake_flags()])
-        run(["cmake", "--build", str(work / "build"), "--target", *TARGETS, "-j", str(os.cpu_count() or 1)])
-    (work / "bin").mkdir()
-    for target in TARGETS:
-        shutil.copy2(work / "build" / "bin" / target, work / "bin" / target)
-    (work / "bin" / "build.json").write_text(json.dumps(
-        {"llama_cpp_python": version, "flags": list(BUILD_FLAGS + cmake_flags())}))
-    shutil.rmtree(work / "build")
-    shutil.rmtree(work / "src")
-    for sdist in sdists:
-        sdist.unlink()
-    if root.exists():
-        shutil.rmtree(root)
-    work.rename(root)
-
-
-def _extract_vendored(sdist: Path, dest: Path) -> Path:
-    """Extract only <sdist>/vendor/llama.cpp (the sdist also carries the Python package)."""
-    with tarfile.open(sdist) as tar:
-        top = tar.getnames()[0].split("/")[0]
-        prefix = f"{top}/vendor/llama.cpp/"
-        members = [m for m in tar.getmembers() if m.name.startswith(prefix)]
-        tar.extractall(dest, members=members, filter="data")
-    return dest / top / "vendor" / "llama.cpp"
+    programs = llama_programs(TARGETS, build=build)
+    return PeerTools(programs["llama-lookup"], programs["llama-bench"], llama_cpp.__version__)
 
 
 def lookup_command(tools: PeerTools, model: Path, prompt_file: Path, n_new: int, draft: int | None,

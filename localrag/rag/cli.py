@@ -12,14 +12,21 @@
 LOCALRAG_CHROMA_HOST / LOCALRAG_CHROMA_PORT select a shared Chroma server.
 A store that cannot be reached, or a collection that needs re-embedding, is one
 ``error:`` line on stderr and exit status 2, never a traceback or an empty answer.
+Ctrl-C (SIGINT) stops an ingest at its next batch boundary: it prints what was done and what was
+not, and exits 130; running the same ingest again does the rest. A second Ctrl-C quits at once
+(still exit 130, no traceback; the next ingest cleans up what was half written).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import signal
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 
@@ -146,21 +153,56 @@ class TqdmProgress:
             self.bar.write(f"failed: {shown(event.path)}: {shown(event.reason)}", file=sys.stderr)
 
 
-def cmd_ingest(args) -> int:
+INTERRUPTED = 130  # exit status of a run stopped by SIGINT (128 + 2), as shells report it
+NOT_DONE_SHOWN = 20  # files not done listed by name in the text report (--json lists all)
 
-    index = open_index(args, max_file_mb=args.max_file_mb)
+
+@contextlib.contextmanager
+def stop_on_sigint(cancel: threading.Event) -> Iterator[None]:
+    """While inside: the first SIGINT sets ``cancel`` (the ingest stops at its next batch
+    boundary), a second one raises KeyboardInterrupt. The previous handler is restored after."""
+
+    def handler(signum, frame) -> None:
+        if cancel.is_set():
+            raise KeyboardInterrupt
+        cancel.set()
+        print("stopping after the current batch (Ctrl-C again to quit at once)", file=sys.stderr, flush=True)
+
+    if threading.current_thread() is not threading.main_thread():  # signals reach the main thread only
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, handler)
     try:
-        report = index.ingest(
-            args.paths,
-            progress=TqdmProgress(sys.stderr.isatty() and not args.json),
-            keep_missing=args.keep_missing,
-        )
-    except StoreUnavailable as exc:
-        _print_report(exc.report, args.json)
-        return fail(str(exc))
-    except StoreError as exc:
-        return fail(str(exc))
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def cmd_ingest(args) -> int:
+    cancel = threading.Event()
+    with stop_on_sigint(cancel):
+        try:
+            index = open_index(args, max_file_mb=args.max_file_mb)
+            report = index.ingest(
+                args.paths,
+                progress=TqdmProgress(sys.stderr.isatty() and not args.json),
+                keep_missing=args.keep_missing,
+                cancel=cancel,
+            )
+        except KeyboardInterrupt:
+            print("interrupted: files committed so far stay indexed; run the same ingest again to finish "
+                  "(it also deletes what was half written)", file=sys.stderr)
+            return INTERRUPTED
+        except StoreUnavailable as exc:
+            _print_report(exc.report, args.json)
+            return fail(str(exc))
+        except StoreError as exc:
+            return fail(str(exc))
     _print_report(report, args.json)
+    if report.stopped:
+        print(f"stopped: {len(report.not_done)} file(s) not done; run the same ingest again to finish them",
+              file=sys.stderr)
+        return INTERRUPTED
     return 0 if report.seen and len(report.failed) < report.seen else (1 if report.failed else 0)
 
 
@@ -177,6 +219,10 @@ def _print_report(report: IngestReport, as_json: bool) -> None:
         print(f"  missing (kept): {shown(path)}")
     for line in report.repaired:
         print(f"  repaired: {shown(line)}")
+    for path in report.not_done[:NOT_DONE_SHOWN]:
+        print(f"  not done (stopped): {shown(path)}")
+    if len(report.not_done) > NOT_DONE_SHOWN:
+        print(f"  ... and {len(report.not_done) - NOT_DONE_SHOWN} more not done (--json lists them all)")
 
 
 def cmd_search(args) -> int:

@@ -33,6 +33,7 @@ import fcntl
 import hashlib
 import json
 import os
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -174,12 +175,21 @@ class DocumentIndex:
 
     # ------------------------------------------------------------ ingest
     def ingest(
-        self, paths: Iterable[str | os.PathLike], progress: Progress | None = None, *, keep_missing: bool = False
+        self,
+        paths: Iterable[str | os.PathLike],
+        progress: Progress | None = None,
+        *,
+        keep_missing: bool = False,
+        cancel: threading.Event | None = None,
     ) -> IngestReport:
         """Index files and folders (recursively); files gone from a folder given here are removed
         (``keep_missing``: kept, listed as missing). Never raises for a bad file: see ``report.failed``.
-        ``progress`` may raise to stop the run (a folder watcher stopping): files committed so far
-        stay, the versions being written are deleted, and its exception propagates.
+
+        ``cancel`` set (from any thread) stops the run at its next batch boundary: files committed
+        so far stay, the file being written is rolled back as after a crash (an edited file keeps
+        its old version), nothing is reconciled, and the report says ``stopped`` and lists
+        ``not_done``; the next ingest of the same paths does the rest. ``progress`` may also raise
+        to stop the run: the same clean-up, and its exception propagates.
 
         Raises StoreUnavailable when the Chroma server cannot be reached; its ``report`` attribute
         then holds what was done before (nothing half-done is visible: pending versions are
@@ -192,12 +202,12 @@ class DocumentIndex:
             try:
                 self.store.check()
                 repaired = self._recover(emit)
-                run = IngestRun(self._parts(), emit, keep_missing)
+                run = IngestRun(self._parts(), emit, keep_missing, cancel)
                 report = run.run(paths)
                 report.repaired = repaired
                 self.manifest.note_written(self.space, report.chunks)
                 self._drop_unused_spaces()
-                if self._sweep_due():
+                if not report.stopped and self._sweep_due():  # a stopped run ends now: the next one sweeps
                     report.repaired += self._repair_graph(emit)
                 self._ensure_bm25()
             except StoreUnavailable as exc:
@@ -205,7 +215,8 @@ class DocumentIndex:
                 exc.report.seconds = time.perf_counter() - t0
                 raise
         report.seconds = time.perf_counter() - t0
-        emit(IngestEvent("done", total=report.seen, chunks=report.chunks, files_done=report.seen))
+        emit(IngestEvent("done", total=report.seen + len(report.not_done), status="stopped" if report.stopped else "",
+                         chunks=report.chunks, files_done=report.seen))
         return report
 
     def sync(
@@ -215,20 +226,23 @@ class DocumentIndex:
         *,
         keep_missing: bool = False,
         changed: Iterable[str | os.PathLike] | None = None,
+        cancel: threading.Event | None = None,
     ) -> IngestReport:
         """Bring the index in line with a folder: new and edited files indexed, moved ones re-pathed,
         vanished ones removed (or kept as missing). The entry point for watching a folder.
 
         ``changed``: only these paths under the folder changed (a watcher's events; folders among
-        them are walked); None looks at the whole folder. A watched folder's row records the sync.
-        Raises NotADirectoryError, before changing anything, when the folder is not there.
+        them are walked); None looks at the whole folder. A watched folder's row records the sync
+        (not a stopped one: ``cancel`` as for ``ingest``). Raises NotADirectoryError, before
+        changing anything, when the folder is not there.
         """
         root = _absolute(folder)
         if not os.path.isdir(root):
             raise NotADirectoryError(f"not a folder: {folder}")
         paths = [root] if changed is None else self._changed_under(root, changed)
-        report = self.ingest(paths, progress, keep_missing=keep_missing) if paths else IngestReport()
-        self.manifest.record_sync(self.config.collection, root)
+        report = self.ingest(paths, progress, keep_missing=keep_missing, cancel=cancel) if paths else IngestReport()
+        if not report.stopped:
+            self.manifest.record_sync(self.config.collection, root)
         return report
 
     def _changed_under(self, root: str, changed: Iterable[str | os.PathLike]) -> list[str]:

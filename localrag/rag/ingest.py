@@ -22,6 +22,13 @@ Phases, one function each:
 4. ``reconcile``: files gone from a folder (or a path) that was ingested are removed
    (``keep_missing``: kept, and listed as missing).
 
+Stopping (``cancel``, a ``threading.Event``): the writer checks it before each item it takes
+from the worker, so a run stops at the next batch boundary. Files committed so far stay; the
+versions still open (a file whose chunks were partly written) are deleted and their pending rows
+dropped, exactly as the next run would after a crash; an edited file being replaced keeps its old
+version. The report lists every file not done (``not_done``) and says ``stopped``; nothing is
+reconciled. The next run picks those files up (the ones done are skipped by hash).
+
 Progress events carry files done, chunks/s and an ETA from the bytes done so far.
 """
 
@@ -160,14 +167,17 @@ def recover(manifest: Manifest, store: ChromaStore) -> bool:
 class IngestRun:
     """One ``DocumentIndex.ingest`` call (see the module docstring). The caller holds the write lock."""
 
-    def __init__(self, parts: IndexParts, progress: Progress | None = None, keep_missing: bool = False) -> None:
+    def __init__(self, parts: IndexParts, progress: Progress | None = None, keep_missing: bool = False,
+                 cancel: threading.Event | None = None) -> None:
         self.p = parts
         self.coll = parts.config.collection
         self.emit = progress or (lambda event: None)
         self.keep_missing = keep_missing
+        self.cancel = cancel or threading.Event()
         self.report = IngestReport()
         self.targets: list[Target] = []
         self.open: dict[int, _OpenFile] = {}
+        self.done: set[int] = set()  # indexes of the targets whose file_done was emitted
         self.files_done = 0
         self.bytes_done = 0
         self.t0 = time.perf_counter()
@@ -185,7 +195,12 @@ class IngestRun:
                 self.consume(self.produce(snapshot, writer_idle=lambda: False))
         finally:
             self._abandon_open()
-        self.reconcile(roots)
+        # stopped: asked to, with files left (the worker may have ended early, seeing it first)
+        not_done = [t.path for t in self.targets if t.index not in self.done]
+        if self.cancel.is_set() and not_done:
+            self.report.stopped, self.report.not_done = True, not_done
+        else:
+            self.reconcile(roots)
         return self.report
 
     def _consume_from_worker(self, snapshot: Snapshot) -> None:
@@ -249,6 +264,8 @@ class IngestRun:
         Touches neither the manifest nor Chroma (it runs on the worker thread)."""
         batch = _Batch()
         for target in self.targets:
+            if self.cancel.is_set():  # the writer stops at its next item: parse no further
+                return
             decided = self._decide(target, snapshot)
             if not isinstance(decided, _Opened):
                 yield decided
@@ -317,6 +334,8 @@ class IngestRun:
     # ------------------------------------------------------------ 3. consume (this thread)
     def consume(self, items: Iterable[object]) -> None:
         for item in items:
+            if self.cancel.is_set():  # a batch boundary: what is open is abandoned by run()
+                return
             if isinstance(item, _Crashed):
                 raise item.error
             if isinstance(item, _Decided):
@@ -466,6 +485,7 @@ class IngestRun:
 
     # ------------------------------------------------------------ progress
     def _file_done(self, target: Target, status: str, chunks: int, reason: str = "") -> None:
+        self.done.add(target.index)
         self.report.seen += 1
         self.files_done += 1
         self.bytes_done += target.size

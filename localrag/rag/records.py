@@ -64,7 +64,9 @@ class IngestReport:
     """What one ``ingest`` call did. ``failed`` holds (path, reason) per file; ``removed``: files
     gone from an ingested folder, dropped from the index; ``missing``: the same, kept because
     the ingest was asked to keep them (they list as 'missing'); ``repaired``: what it repaired in
-    the vector index, in words (after a crash: ``localrag.rag.vectors``)."""
+    the vector index, in words (after a crash: ``localrag.rag.vectors``). ``stopped``: the run was
+    stopped (``cancel``) before every file was done; ``not_done`` lists those files (nothing of
+    them is indexed by this run, and the next ingest does them)."""
 
     seen: int = 0
     added: int = 0
@@ -78,6 +80,8 @@ class IngestReport:
     chunks: int = 0
     bytes: int = 0
     seconds: float = 0.0
+    stopped: bool = False
+    not_done: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -86,10 +90,11 @@ class IngestReport:
 
     def summary(self) -> str:
         kept = f", kept missing {len(self.missing)}" if self.missing else ""
+        stopped = f"; stopped: {len(self.not_done)} not done" if self.stopped else ""
         return (
             f"seen {self.seen}, added {self.added}, skipped {self.skipped}, replaced {self.replaced}, "
             f"moved {self.moved}, removed {len(self.removed)}{kept}, failed {len(self.failed)}, "
-            f"chunks {self.chunks}, {self.seconds:.2f} s"
+            f"chunks {self.chunks}, {self.seconds:.2f} s{stopped}"
         )
 
 
@@ -102,7 +107,7 @@ class IngestEvent:
     files known), 'file_start', 'chunks' (``chunks``: running chunk count of that file),
     'file_done' (status = added / skipped / replaced / moved / failed, with reason),
     'removed' (a file gone from an ingested folder: status 'removed', or 'missing' when
-    kept), 'done'.
+    kept), 'done' (status 'stopped' when the run was stopped before every file was done).
 
     Every event of a run also carries the run's totals so far: ``files_done`` of ``total``,
     ``chunks_done`` (written), ``bytes_done`` of ``bytes_total`` (a file counts in full once
