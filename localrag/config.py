@@ -81,12 +81,18 @@ class RepetitionConfig:
 
     min_words: a repeated sentence this long (in words) stops the answer.
     min_span, max_period: a span of p <= max_period tokens written again back to back stops the
-    answer once the repetition is max(p, min_span) tokens long.
+    answer once the repetition is max(p, min_span) tokens long. Numbers count as one token for the
+    span (a template with a counter, "level 1 is ..., level 2 is ...", is a loop) when the span
+    holds at least ``template_words`` words.
+    template_repeats: a sentence written this many times with only its numbers changed stops the
+    answer at the last copy.
     """
 
     min_words: int = 3
     min_span: int = 16
     max_period: int = 64
+    template_words: int = 3
+    template_repeats: int = 3
 
 
 @dataclass(frozen=True)

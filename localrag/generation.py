@@ -233,6 +233,11 @@ class Generation:
             stats.decoder = self.decoder.stats
         if stats.stop_reason != "repetition":
             self._written += self._assembler.finish()
+            if self._guard is not None:  # the end ends the last sentence: it may repeat an earlier one
+                self._guard.finish()
+                if self._guard.fired:  # (held back, never shown: ``hold`` kept it so)
+                    self._written = self._written[:self._guard.cut]
+                    stats.stop_reason = "repetition"
         tail = self._release(len(self._written))
         if tail:
             yield tail

@@ -14,9 +14,16 @@ text. The guard fires on either of two patterns, defined on the emitted tokens a
                        with period p <= ``max_period``), with r >= max(p, ``min_span``): a span of
                        p tokens written again back to back, and at least ``min_span`` tokens of
                        repetition in all ("-Sorbonne-Sorbonne-Sorbonne...", a loop without
-                       sentence punctuation).
+                       sentence punctuation). Compared with every number token as one token too,
+                       when the span holds ``template_words`` words: a template repeated
+                       ``template_repeats`` times with a counter ("the level is 1, the level is 2,
+                       the level is 3, ...") is a loop, a list of numbers ("2, 3, 5, 7, ...") is not.
+    counted template   a sentence written ``template_repeats`` times with only its numbers changed
+                       ("The compression level in deflate is 1." ... "is 2." ... "is 3.").
 
-The answer ends where the repeat begins: the first copy is kept. Text that may be the start of a
+The end of the answer ends its last sentence (``finish``): a last sentence that repeats an earlier
+one, followed by the end of generation, is cut too. The answer ends where the repeat begins: the
+first copy is kept (a counted template keeps the copies before the one that made it a loop). Text that may be the start of a
 repeat (a sentence that so far matches the start of an earlier one, a token run matching the
 tokens p before it) is held back until the repeat is confirmed or broken, the way a possible stop
 string is held back, so streamed text never contains the repeat that was cut.
@@ -39,6 +46,9 @@ from localrag.config import RepetitionConfig
 _CLOSERS = "\"')]}»”’"
 _LIST_MARKER = re.compile(r"^(?:[-*•+]|\d{1,3}[.)])\s+")
 _WORD = re.compile(r"\w+")
+_NUMBER = re.compile(r"\d+(?:[.,:]\d+)*")
+_ALPHA = re.compile(r"[^\W\d_]{2,}")
+NUMBER = -1  # what every number token counts as in the masked span check
 FENCE = "```"
 
 
@@ -47,20 +57,29 @@ def normalise_sentence(text: str) -> str:
     return _LIST_MARKER.sub("", " ".join(text.split()).lower())
 
 
+def template_of(norm: str) -> str:
+    """A normalised sentence with every number replaced by '#': its template."""
+    return _NUMBER.sub("#", norm)
+
+
 class RepetitionGuard:
     """Watches one answer's tokens and text; ``cut`` is set (a character offset) once it loops."""
 
     def __init__(self, config: RepetitionConfig):
         self.config = config
         self.tokens: list[int] = []
+        self._masked: list[int] = []  # the tokens with every number token as NUMBER
+        self._wordy: list[bool] = []  # whether each token's text holds a word (two letters or more)
         self._starts: list[int] = []  # character offset at which each token's text begins
         self._runs = [0] * (config.max_period + 1)  # _runs[p]: trailing tokens equal to the token p before
+        self._masked_runs = [0] * (config.max_period + 1)  # the same over the masked tokens
         self._seen: set[str] = set()  # normalised sentences so far (those of at least min_words words)
+        self._templates: dict[str, int] = {}  # their templates (numbers masked), and how often each came
         self._sentence_start = 0  # where the sentence being written begins
         self._scanned = 0  # characters already scanned for sentence ends
         self._text = ""
         self.cut: int | None = None  # where the answer ends (the repeat's first character), once fired
-        self.pattern = ""  # "sentence" | "span", once fired
+        self.pattern = ""  # "sentence" | "span" | "template", once fired
 
     @property
     def fired(self) -> bool:
@@ -81,6 +100,11 @@ class RepetitionGuard:
         longest = max(self._runs)
         if longest:
             hold = min(hold, self._starts[n - longest])
+        copies = self.config.template_repeats - 1
+        for p in range(1, self.config.max_period + 1):  # a counted template's next copy, so far
+            r = self._masked_runs[p]
+            if r > (copies - 1) * p and NUMBER in self._masked[n - p:]:
+                hold = min(hold, self._starts[n - r + (copies - 1) * p])
         if self._may_repeat_sentence():
             hold = min(hold, self._sentence_start)
         return hold
@@ -89,16 +113,30 @@ class RepetitionGuard:
         """One more emitted token; ``text`` is the whole answer decoded so far (this token included)."""
         if self.cut is not None:
             return
-        self._starts.append(len(self._text))
+        start = len(self._text)
+        self._starts.append(start)
         self._text = text
         self.tokens.append(token)
+        piece = text[start:].strip()
+        self._masked.append(NUMBER if _NUMBER.fullmatch(piece) else token)
+        self._wordy.append(bool(_ALPHA.search(piece)))
         self._push_span(token)
         if self.cut is None:
             self._scan_sentences()
 
+    def finish(self) -> None:
+        """The answer has ended (end of generation, a stop string, the token limit): its last
+        sentence ends here, and is checked like every other."""
+        if self.cut is not None:
+            return
+        self._scan_sentences()
+        if self.cut is None and self._sentence_start < len(self._text):
+            self._end_sentence(len(self._text))
+
     # ------------------------------------------------------------ repeated span
     def _push_span(self, token: int) -> None:
         cfg, n = self.config, len(self.tokens)
+        masked = self._masked[-1]
         fire_at = None
         for p in range(1, cfg.max_period + 1):
             if n > p and self.tokens[n - 1 - p] == token:
@@ -108,6 +146,18 @@ class RepetitionGuard:
                     fire_at = n - r
             else:
                 self._runs[p] = 0
+            if n > p and self._masked[n - 1 - p] == masked:
+                self._masked_runs[p] += 1
+                r = self._masked_runs[p]
+                # template_repeats copies of a period of words with a counter in it (not a list of
+                # numbers): cut at the copy that made it a loop, as a counted sentence is
+                copies = cfg.template_repeats - 1  # the run covers the copies after the first
+                if (r >= max(copies * p, cfg.min_span) and sum(self._wordy[n - p:]) >= cfg.template_words
+                        and NUMBER in self._masked[n - p:]):
+                    at = n - r + (copies - 1) * p
+                    fire_at = at if fire_at is None else min(fire_at, at)
+            else:
+                self._masked_runs[p] = 0
         if fire_at is not None:
             self._fire(self._starts[fire_at], "span")
 
@@ -140,18 +190,30 @@ class RepetitionGuard:
         norm = normalise_sentence(raw)
         if len(_WORD.findall(norm)) < self.config.min_words:
             return False
+        begins = start + len(raw) - len(raw.lstrip())
         if norm in self._seen:
-            self._fire(start + len(raw) - len(raw.lstrip()), "sentence")
+            self._fire(begins, "sentence")
             return True
         self._seen.add(norm)
+        template = template_of(norm)
+        if template != norm:  # only a sentence with a number in it can be a counted template
+            self._templates[template] = self._templates.get(template, 0) + 1
+            if self._templates[template] >= self.config.template_repeats:
+                self._fire(begins, "template")
+                return True
         return False
 
     def _may_repeat_sentence(self) -> bool:
+        """The sentence being written so far starts like an earlier one, or like a template one more
+        copy of which would be a loop."""
         partial = self._text[self._sentence_start:]
         if not partial.strip() or self._in_code(self._sentence_start):
             return False
         norm = normalise_sentence(partial)
-        return any(s.startswith(norm) for s in self._seen)
+        if any(s.startswith(norm) for s in self._seen):
+            return True
+        template, last = template_of(norm), self.config.template_repeats - 1
+        return any(t.startswith(template) for t, n in self._templates.items() if n >= last)
 
     def _in_code(self, at: int) -> bool:
         return self._text.count(FENCE, 0, at) % 2 == 1
@@ -171,4 +233,5 @@ def replay(tokens: Sequence[int], token_bytes: Callable[[int], bytes], config: R
         guard.push(tok, text)
         if guard.fired:
             break
+    guard.finish()
     return guard

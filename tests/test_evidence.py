@@ -96,6 +96,45 @@ def test_a_changed_name_or_date_makes_the_sentence_unsupported(aligner):
     assert not made_up.supported and set(made_up.signals.missing) == {"Polish", "American"}
 
 
+BASE_PASSWD = Chunk("base-passwd", "Chapter 1. Introduction\n\nThe Debian base-passwd package contains the master "
+                    "versions of /etc/passwd and /etc/group. The update-passwd tool keeps the entries in these master "
+                    "files in sync on all Debian systems. They comprise only \"global static\" ids.",
+                    file="users-and-groups.html", line_start=None, line_end=None)
+
+
+def test_an_invented_command_is_not_supported_by_the_question_it_restates(aligner):
+    """Found in a real browser (Debian's users-and-groups.html, SmolLM2, Plain): the answer restated the
+    question's words, which the page holds, around a command the page never names, and came back
+    supported with [1][2]. Code is literal: its words must be in the evidence, as numbers and names
+    must; the right command, written as code, is still supported."""
+    question = ("Which tool keeps the entries of the base-passwd master files /etc/passwd and /etc/group in sync "
+                "on all Debian systems?")
+    made_up = ("The command `sudo ln -s /etc/passwd /etc/passwd` is used to keep the entries of the base-passwd "
+               "master files /etc/passwd and /etc/group in sync on all Debian systems.")
+    ev = aligner.align(made_up, [BASE_PASSWD], question=question)
+    (s,) = ev.sentences
+    assert not s.supported and s.reason == 'code "sudo" not in the sources' and "ln" in s.signals.missing
+    assert not ev.supported and ev.cited == ()
+    right = aligner.align("The `update-passwd` tool keeps them in sync.", [BASE_PASSWD], question=question)
+    assert right.supported and right.sentences[0].signals.missing == ()
+
+
+def test_the_models_own_source_references_are_not_claims(aligner):
+    """The 1.5B model writes "According to source [1], ..." (the prompt numbers its sources): the
+    answer below is copied word for word from the chunk, yet its "1" was a number the evidence
+    lacks, and the check called a right answer unsupported. The prompt's numbering is no claim."""
+    answer = "According to source [1], the mirror was polished by Marta Ilves in 1998."
+    ev = aligner.align(answer, CHUNKS, question=QUESTION)
+    (s,) = ev.sentences
+    assert s.supported and s.signals.missing == () and ev.supported and ev.cited == ("zephyr",)
+    both = aligner.align("As sources [1] and [3] say, it was polished by Marta Ilves in 1998.", CHUNKS,
+                         question=QUESTION)
+    assert both.supported and both.sentences[0].signals.missing == ()
+    wrong = aligner.align("According to source [1], it was polished by Marta Ilves in 2003.", CHUNKS,
+                          question=QUESTION)
+    assert not wrong.supported and wrong.sentences[0].signals.missing == ("2003",)  # a real number still counts
+
+
 def test_a_sentence_from_another_document_is_not_found(aligner):
     ev = aligner.align("The harbour master logs every ship that enters the port.", CHUNKS)
     (s,) = ev.sentences

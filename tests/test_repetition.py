@@ -129,3 +129,44 @@ def test_generation_stops_at_the_loop_and_speedup_stops_at_the_same_token(smollm
     assert fast.text == plain.text and "".join(fast_pieces) == fast.text
     assert fast.tokens == plain.tokens and fast.stats.stop_reason == "repetition"
     assert dec.stats.mean_accepted > 1.0  # speculation really copied the loop
+
+
+def test_a_last_sentence_repeating_an_earlier_one_is_cut_at_the_end():
+    """Found in a real browser (SmolLM2 over the shared-mime-info spec): "The document was last
+    updated in 2020." twice, then end-of-text. The end ends the last sentence, so it is checked too."""
+    guard, shown = feed(words("The spec is version 0.21. The document was last updated in 2020. "
+                              "The document was last updated in 2020."))
+    assert not guard.fired and shown[-1].rstrip() == "The spec is version 0.21. The document was last updated in 2020."
+    guard.finish()
+    assert guard.pattern == "sentence"
+    assert guard.text[:guard.cut] == "The spec is version 0.21. The document was last updated in 2020. "
+
+
+def test_a_template_repeated_with_a_counter_is_a_loop():
+    """Found in a real browser (zlib's docs): "The compression level in deflate is 1, ... is 2, ..."
+    up to the token limit. Sentences that differ only by their numbers, or one sentence repeating
+    a span with a counter, are loops; the copies before the one that made it a loop stay."""
+    guard, shown = feed(words("The compression level in deflate is 1. The compression level in deflate is 2. "
+                              "The compression level in deflate is 3. The compression"))
+    assert guard.pattern == "template"
+    kept = "The compression level in deflate is 1. The compression level in deflate is 2. "
+    assert guard.text[:guard.cut] == kept and all(kept.startswith(s) or s.startswith(kept) for s in shown)
+    assert "is 3" not in shown[-1]  # the third copy was held back, never shown
+    pieces = []
+    for n in range(1, 8):
+        pieces += [" the", " compression", " level", " in", " deflate", " is", f" {n}", ","]
+    guard, shown = feed(pieces)
+    assert guard.pattern == "span" and guard.text[:guard.cut].count("is ") == 2
+    assert shown[-1].count("is ") <= 2
+
+
+def test_lists_of_numbers_and_different_steps_are_not_templates():
+    primes = [" 2", ",", " 3", ",", " 5", ",", " 7", ",", " 11", ",", " 13", ",", " 17", ",", " 19", ",", " 23", ",",
+              " 29", ",", " 31", ","]
+    guard, _ = feed(["The", " primes", " are", *primes])
+    guard.finish()
+    assert not guard.fired
+    guard, _ = feed(words("Level 1 is the fastest. Level 6 is the default. Level 9 compresses best. "
+                          "Level 0 stores the data as it is."))
+    guard.finish()
+    assert not guard.fired

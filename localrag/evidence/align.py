@@ -16,8 +16,10 @@ from localrag.evidence.records import Embedder, EvidenceChunk, EvidenceConfig, J
 from localrag.evidence.text import (
     Token,
     Tokenizer,
+    code_words,
     entity_words,
     is_content,
+    source_refs,
     split_sentences,
     stem,
     word_tokens,
@@ -171,6 +173,8 @@ class EvidenceAligner:
                   prepared: list[_PreparedChunk], question_stems: set[str]) -> _Found:
         """Choose the sentence's evidence chunks and spans, and its lexical signals."""
         tokens = [Token(t.text, t.norm, t.start + a, t.end + a) for t in self.tokenize(answer[a:b])]
+        refs = source_refs(answer[a:b], tokens, a)  # "according to source [1]": the prompt's numbering
+        tokens = [t for i, t in enumerate(tokens) if i not in refs] or tokens
         ids = self._ids(tokens, add=False)
         content = [j for j, t in enumerate(tokens) if is_content(t)] or list(range(len(tokens)))
         novel = {j for j in content if stem(tokens[j].norm) not in question_stems}
@@ -191,7 +195,8 @@ class EvidenceAligner:
         exact = set().union(*(c.exact for c in chosen))
         supported = set().union(*(c.supported for c in chosen))
         norms = set().union(*(prepared[c.chunk].norms for c in chosen))
-        missing = tuple(dict.fromkeys(t.text for t in entity_words(tokens) if t.norm not in norms))
+        specific = entity_words(tokens) + code_words(answer[a:b], tokens, a)
+        missing = tuple(dict.fromkeys(t.text for t in specific if t.norm not in norms))
         window = [(c.chunk, k) for c in chosen[:1] for k in c.window]
         return _Found(answer[a:b], a, b, tokens, _spans(chosen, chunks, prepared), window,
                       " ".join(chunks[c].text[slice(*prepared[c].sentences[k])] for c, k in window),
@@ -239,7 +244,8 @@ class EvidenceAligner:
             reason = "not found in the sources"
         elif f.missing:
             word = f.missing[0]
-            reason = f'{"number" if word[0].isdigit() else "name"} "{word}" not in the sources'
+            kind = "number" if word[0].isdigit() else "name" if word[0].isupper() else "code"
+            reason = f'{kind} "{word}" not in the sources'
         elif score < cfg.sentence_threshold:
             reason = "weak match with the sources"
         else:

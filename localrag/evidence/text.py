@@ -87,3 +87,27 @@ def entity_words(tokens: Sequence[Token]) -> list[Token]:
     """Numbers (digits or number words), and names or dates: capitalised words past the first."""
     return [t for i, t in enumerate(tokens)
             if t.norm[0].isdigit() or (i > 0 and t.text[0].isupper() and t.norm not in STOPWORDS)]
+
+
+_CODE = re.compile(r"```.*?(?:```|$)|`[^`\n]+`", re.S)
+# the prompt numbers its sources [1], [2], ...: an answer that names them ("According to source [1]",
+# "as [2] and [3] say") refers to the prompt, and its numbers are not claims about the documents
+_SOURCE_REF = re.compile(r"\b(?:sources?|documents?|passages?)\s+\[?\d+\]?(?:\s*(?:,|and|&)\s*\[?\d+\]?)*"
+                         r"|\[\d+(?:\s*[,;&]\s*\d+)*\]", re.IGNORECASE)
+
+
+def source_refs(text: str, tokens: Sequence[Token], offset: int = 0) -> set[int]:
+    """Indices of the ``tokens`` (offsets ``offset`` past the start of ``text``) that name the
+    prompt's numbered sources ("source [1]", "[2, 3]"): neither claims nor content."""
+    spans = [(m.start() + offset, m.end() + offset) for m in _SOURCE_REF.finditer(text)]
+    return {i for i, t in enumerate(tokens) if any(a <= t.start and t.end <= b for a, b in spans)}
+
+
+def code_words(text: str, tokens: Sequence[Token], offset: int = 0) -> list[Token]:
+    """The words of ``text``'s inline code and code blocks (``tokens`` are its words, their offsets
+    ``offset`` past the start of ``text``). Code is literal: a command, a flag or a file name an
+    answer writes as code is one the sources must hold as written, like a number or a name (an
+    invented ``sudo ln -s /etc/passwd /etc/passwd`` is not supported by a page that says the
+    ``update-passwd`` tool keeps them in sync)."""
+    spans = [(m.start() + offset, m.end() + offset) for m in _CODE.finditer(text)]
+    return [t for t in tokens if any(a <= t.start and t.end <= b for a, b in spans)]

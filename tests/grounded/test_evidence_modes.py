@@ -12,7 +12,7 @@ import re
 
 import pytest
 
-from localrag.answer import Answerer
+from localrag.answer import AnswerConfig, Answerer
 from localrag.config import GenerationConfig, RasdConfig
 from localrag.evidence import CopiedSpan, EvidenceAligner, mark_citations
 from localrag.modes import AnswerRequest, get_mode
@@ -51,12 +51,12 @@ def test_each_mode_checks_its_answer_and_speedup_reports_what_it_copied(index, d
     in Plain and in Speedup, and Speedup's carries provenance: the spans its accepted retrieval
     nodes copied, each reading in its chunk what the answer reads. With the budget off, Speedup
     verifies a tree at every step, so the copying is not left to the cost model's judgement."""
-    answerer = Answerer(drafter, index, rasd_config=RasdConfig(use_budget=False))
+    answerer = Answerer(drafter, index, config=AnswerConfig(rasd=RasdConfig(use_budget=False)))
     copied = confirmed = 0
     for question in QUESTIONS:
-        request = AnswerRequest(question, gen=GEN, k=2)
+        request = AnswerRequest(question, gen=GEN, options=get_mode("speedup").options({"k": 2}))
         plain = get_mode("plain").answer(answerer, request)
-        speedup = get_mode("rasd").answer(answerer, request)
+        speedup = get_mode("speedup").answer(answerer, request)
         assert speedup.text == plain.text and plain.text  # lossless, and the same bits on this backend
         assert speedup.evidence == plain.evidence and plain.evidence.sentences
         assert speedup.citations == plain.citations and speedup.also_searched == plain.also_searched
@@ -77,9 +77,9 @@ def test_plain_and_speedup_get_the_same_evidence_for_the_same_text(index, drafte
     answerer = Answerer(drafter, index)
     n_copied = 0
     for question in QUESTIONS:
-        request = AnswerRequest(question, gen=GEN, k=2)
+        request = AnswerRequest(question, gen=GEN, options=get_mode("speedup").options({"k": 2}))
         plain = get_mode("plain").answer(answerer, request)
-        speedup = get_mode("rasd").answer(answerer, request)
+        speedup = get_mode("speedup").answer(answerer, request)
         assert speedup.mode == "rasd" and speedup.stats.generation.decoder is not None
         assert [c.chunk_id for c in speedup.citations] == [c.chunk_id for c in plain.citations]
         text = plain.text
@@ -96,7 +96,7 @@ def test_plain_and_speedup_get_the_same_evidence_for_the_same_text(index, drafte
 
 def test_evidence_of_a_real_answer_points_into_its_chunks(index, drafter):
     question = QUESTIONS[0]
-    result = get_mode("plain").answer(Answerer(drafter, index), AnswerRequest(question, gen=GEN, k=3))
+    result = get_mode("plain").answer(Answerer(drafter, index), AnswerRequest(question, gen=GEN, options=get_mode("plain").options({"k": 3})))
     ev = EvidenceAligner(index.embedder).align(result.text, result.citations, question=question)
     texts = {c.chunk_id: c for c in result.citations}
     assert ev.sentences and ev.seconds > 0

@@ -127,18 +127,18 @@ def test_a_grounded_answer_ends_within_max_tokens_or_its_draft_is_dropped(index,
     (nor any draft shown as chosen) is ever cut mid-word."""
     pipe = GroundedPipeline(drafter, verifier, CFG.with_(min_score=-1e9, min_relevance=0.0))  # 3 subsets
     roomy = pipe.answer(NOTICE_Q, index, gen=GenerationConfig(max_tokens=64))
-    assert len(roomy.drafts) == 3 and not any(d.dropped for d in roomy.drafts)
-    full = {d.subset: d for d in roomy.drafts}
+    assert len(roomy.extras.drafts) == 3 and not any(d.dropped for d in roomy.extras.drafts)
+    full = {d.subset: d for d in roomy.extras.drafts}
     one = pipe.answer(NOTICE_Q, index, gen=GenerationConfig(max_tokens=1))  # each answer stops after 1 token
-    assert all(d.dropped == "its answer did not end within 1 token" for d in one.drafts)
+    assert all(d.dropped == "its answer did not end within 1 token" for d in one.extras.drafts)
     assert one.text == "" and not one.supported and one.citations == []
-    assert one.stats.grounded.unsupported_reason == "no draft finished its answer within 1 token"
-    rationale = {d.subset: d.n_draft_tokens - 1 for d in one.drafts}
+    assert one.extras.unsupported_reason == "no draft finished its answer within 1 token"
+    rationale = {d.subset: d.n_draft_tokens - 1 for d in one.extras.drafts}
     answer_tokens = {s: full[s].n_draft_tokens - rationale[s] for s in full}
     limit = min(answer_tokens.values())
     assert max(answer_tokens.values()) > limit  # so that some answers fit the limit and some do not
     tight = pipe.answer(NOTICE_Q, index, gen=GenerationConfig(max_tokens=limit))
-    for d in tight.drafts:
+    for d in tight.extras.drafts:
         if answer_tokens[d.subset] <= limit:  # it ended within the limit: the same draft
             assert not d.dropped
             assert (d.answer, d.rationale, d.n_draft_tokens) == (full[d.subset].answer, full[d.subset].rationale,
@@ -146,7 +146,7 @@ def test_a_grounded_answer_ends_within_max_tokens_or_its_draft_is_dropped(index,
         else:  # it wrote `limit` answer tokens and had not ended: dropped, not cut into an answer
             assert d.dropped == f"its answer did not end within {limit} tokens"
             assert d.n_draft_tokens == rationale[d.subset] + limit and full[d.subset].answer.startswith(d.answer)
-    kept = [d for d in tight.drafts if not d.dropped]
+    kept = [d for d in tight.extras.drafts if not d.dropped]
     assert tight.text in {draft_text(d) for d in kept}
 
 
@@ -213,15 +213,15 @@ def test_answer_reports_drafts_scores_timing_and_cites_the_used_chunks(index, dr
     cfg = CFG.with_(min_score=-1e9)  # always supported: this test is about citations
     result = GroundedPipeline(drafter, verifier, cfg).answer(NOTICE_Q, index)
     assert result.supported and result.mode == "grounded"
-    gs = result.stats.grounded
-    for value in (result.stats.retrieval.seconds, gs.cluster_s, gs.draft_s, gs.verify_s, result.stats.total_s):
+    gs = result.extras
+    for value in (result.stats.search.seconds, gs.cluster_s, gs.draft_s, gs.verify_s, result.stats.total_s):
         assert value >= 0
-    assert gs.n_drafts == len(result.drafts) and result.stats.mode == "grounded"
-    assert 1 <= len(result.drafts) <= cfg.m
-    assert len({d.subset for d in result.drafts}) == len(result.drafts)  # unique subsets
-    assert [d.score for d in result.drafts] == sorted((d.score for d in result.drafts), reverse=True)
-    best = result.drafts[0]
-    for d in result.drafts:
+    assert gs.n_drafts == len(result.extras.drafts) and result.stats.mode == "grounded"
+    assert 1 <= len(result.extras.drafts) <= cfg.m
+    assert len({d.subset for d in result.extras.drafts}) == len(result.extras.drafts)  # unique subsets
+    assert [d.score for d in result.extras.drafts] == sorted((d.score for d in result.extras.drafts), reverse=True)
+    best = result.extras.drafts[0]
+    for d in result.extras.drafts:
         expect = d.draft_logprob / max(d.n_draft_tokens, 1) + d.consistency / max(d.n_verify_tokens, 1) + d.reflection
         assert d.score == pytest.approx(expect)
     # the citations are exactly the chunks of the winning subset, which is what its drafter saw
@@ -243,7 +243,7 @@ def test_the_chosen_draft_is_checked_and_cites_only_what_supports_it(index, draf
     cfg = CFG.with_(min_score=-1e9)
     aligner = EvidenceAligner(index.embedder)
     result = GroundedPipeline(drafter, verifier, cfg, aligner=aligner).answer(NOTICE_Q, index)
-    best = next(d for d in result.drafts if not is_refusal(d.answer))
+    best = next(d for d in result.extras.drafts if not is_refusal(d.answer))
     _, relevant = retrieve(index, NOTICE_Q, cfg)
     used = [relevant[i] for i in best.subset]
     assert result.text == draft_text(best)
@@ -258,9 +258,9 @@ def test_the_chosen_draft_is_checked_and_cites_only_what_supports_it(index, draf
 def test_nothing_relevant_means_no_answer_is_invented(index, drafter, verifier):
     result = GroundedPipeline(drafter, verifier, CFG).answer("What is the melting point of tungsten in kelvin?", index)
     assert not result.supported
-    assert result.drafts == [] and result.citations == [] and result.text == ""
-    assert result.stats.grounded.unsupported_reason == "nothing relevant was retrieved"
-    refused = apply_policy(result, "warn", result.stats.grounded.unsupported_reason)  # nothing to warn about
+    assert result.extras.drafts == [] and result.citations == [] and result.text == ""
+    assert result.extras.unsupported_reason == "nothing relevant was retrieved"
+    refused = apply_policy(result, "warn", result.extras.unsupported_reason)  # nothing to warn about
     assert refused.refusal.startswith("Your documents do not support an answer to this question "
                                       "(nothing relevant was retrieved)")
     assert "melting point of tungsten" in result.searched and result.searched in refused.refusal
@@ -268,10 +268,10 @@ def test_nothing_relevant_means_no_answer_is_invented(index, drafter, verifier):
 
 def test_no_draft_above_threshold_is_unsupported(index, drafter, verifier):
     result = GroundedPipeline(drafter, verifier, CFG.with_(min_score=1e9)).answer(NOTICE_Q, index)
-    assert not result.supported and result.drafts
-    best = next(d for d in result.drafts if not is_refusal(d.answer))
+    assert not result.supported and result.extras.drafts
+    best = next(d for d in result.extras.drafts if not is_refusal(d.answer))
     assert result.text == draft_text(best)  # kept, to be shown labelled as unsupported
-    why = result.stats.grounded.unsupported_reason
+    why = result.extras.unsupported_reason
     assert why == "no draft passed the verifier's threshold"
     refused = apply_policy(result, "refuse", why)
     assert refused.refused and why in refused.refusal and result.searched in refused.refusal

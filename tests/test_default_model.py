@@ -1,0 +1,126 @@
+"""The default model, as a user meets it: Qwen2.5-Coder-1.5B-Instruct with its 0.5B draft model.
+
+- Over a mixed folder (PDF, DOCX, HTML, Markdown, code) with one fact planted in each file, it
+  answers each fact with that file cited, and an answer to a question the folder cannot answer is
+  flagged (not supported, so the page warns or refuses).
+- The pair: the registry's draft is accepted for the target (one vocabulary); Speedup with it
+  writes Plain's answer token for token; Grounded drafts with the 0.5B and verifies with the 1.5B.
+
+These load the 1.1 GB model: slow, and sized to fit CI (a handful of short answers).
+
+Run: .venv/bin/python -m pytest tests/test_default_model.py -q
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from localrag.answer import Answerer
+from localrag.config import DEFAULT_MODEL, GenerationConfig, ModelConfig
+from localrag.engine import Engine
+from localrag.grounded.extras import GroundedExtras
+from localrag.models import drafts_for
+from localrag.modes import AnswerRequest, get_mode
+from localrag.rag.config import IndexConfig
+from localrag.rag.index import DocumentIndex
+from localrag.rasd import load_draft
+from localrag.results import RasdStats
+from tests.rag.rag_docgen import make_docx, make_pdf, prose, write
+
+pytestmark = pytest.mark.slow
+
+DRAFT = "qwen2.5-coder-0.5b-instruct"
+GEN = GenerationConfig(max_tokens=48)
+
+# (file, the fact planted in it, a question only it answers, what a right answer contains)
+FACTS = [
+    ("lab-report.pdf", "The calibration constant of the Vireo spectrometer is 7.35.",
+     "What is the calibration constant of the Vireo spectrometer?", "7.35"),
+    ("handbook.docx", "New employees receive their access badge from Ingrid Halvorsen at the front desk.",
+     "Who gives new employees their access badge?", "Halvorsen"),
+    ("garden.html", "The Orchard Street community garden opens its gates at 6:30 every morning.",
+     "At what time does the Orchard Street community garden open?", "6:30"),
+    ("trip.md", "The ferry to Lind Island leaves from pier 14 on weekdays.",
+     "From which pier does the ferry to Lind Island leave?", "14"),
+    ("uploader.py", "MAX_RETRIES = 9  # how many times the uploader retries before it gives up",
+     "How many times does the uploader retry before it gives up?", "9"),
+]
+UNANSWERABLE = ["What dose of ibuprofen is recommended for adults?", "Which team won the 1998 football world cup?"]
+
+
+def _folder(root: Path) -> Path:
+    filler = prose(120, seed=7)
+    (fact_pdf, fact_docx, fact_html, fact_md, fact_py) = (f[1] for f in FACTS)
+    make_pdf(root / "lab-report.pdf", [f"Lab report, spring session.\n{filler[:400]}", f"Results\n{fact_pdf}\n{filler[400:800]}"])
+    make_docx(root / "handbook.docx", [("Your first day", [filler[:300], fact_docx]), ("Leave", [filler[300:700]])])
+    write(root / "garden.html", f"<html><head><title>Garden</title></head><body><h1>Opening hours</h1>"
+                                f"<p>{fact_html}</p><h2>Plots</h2><p>{filler[:500]}</p></body></html>")
+    write(root / "trip.md", f"# Island trip\n\n{filler[:400]}\n\n## Getting there\n\n{fact_md}\n")
+    write(root / "uploader.py", f'"""Upload files to the archive."""\n\n{fact_py}\nTIMEOUT_S = 30\n\n\n'
+                                "def upload(path):\n    for attempt in range(MAX_RETRIES):\n        pass\n")
+    return root
+
+
+@pytest.fixture(scope="module")
+def qwen() -> Engine:
+    engine = Engine.load(ModelConfig(model=DEFAULT_MODEL, n_ctx=4096))
+    yield engine
+    engine.close()
+
+
+@pytest.fixture(scope="module")
+def folder_index(tmp_path_factory) -> DocumentIndex:
+    tmp = tmp_path_factory.mktemp("planted")
+    index = DocumentIndex(IndexConfig(index_dir=tmp / "index"))
+    report = index.ingest([_folder(tmp / "docs")])
+    assert report.failed == [] and report.added == len(FACTS)
+    yield index
+    index.close()
+
+
+def test_the_default_model_answers_planted_facts_from_the_right_file(qwen, folder_index):
+    answerer = Answerer(qwen, folder_index)
+    plain = get_mode("plain")
+    for name, _, question, right in FACTS:
+        result = plain.answer(answerer, AnswerRequest(question, gen=GEN))
+        assert re.search(rf"(?<![\d.]){re.escape(right)}(?![\d])", result.text), (question, result.text)
+        assert result.supported, (question, result.text, [s.reason for s in result.evidence.sentences])
+        assert result.citations and Path(result.citations[0].file).name == name, (question, result.citations)
+
+
+def test_answers_the_folder_cannot_support_are_flagged(qwen, folder_index):
+    answerer = Answerer(qwen, folder_index)
+    for question in UNANSWERABLE:
+        result = get_mode("plain").answer(answerer, AnswerRequest(question, gen=GEN))
+        assert not result.supported, (question, result.text)
+
+
+def test_the_pair_speedup_writes_plains_answer_with_the_draft_model(qwen, folder_index):
+    assert drafts_for(DEFAULT_MODEL) == [DRAFT]
+    draft = load_draft(qwen.backend, DRAFT)  # the vocabularies agree token by token, or this raises
+    draft.close()
+    answerer = Answerer(qwen, folder_index)
+    for _, _, question, _ in FACTS[:2]:
+        plain = get_mode("plain").answer(answerer, AnswerRequest(question, gen=GEN))
+        fast = get_mode("speedup").answer(answerer, AnswerRequest(question, gen=GEN))
+        assert fast.text == plain.text and fast.notes == []  # the registry's draft was used
+        stats = fast.stats.generation.decoder
+        assert isinstance(stats, RasdStats) and stats.steps <= plain.stats.generation.steps
+    [key] = [k for k in answerer._runtimes if k[0] == "speedup"]
+    assert key == ("speedup", DRAFT)
+
+
+def test_grounded_drafts_with_the_small_model_and_verifies_with_the_large_one(qwen, folder_index):
+    answerer = Answerer(qwen, folder_index)
+    _, _, question, right = FACTS[0]
+    opts = get_mode("grounded").options({"n": 4, "drafts": 2})
+    result = get_mode("grounded").answer(answerer, AnswerRequest(question, gen=GEN, options=opts))
+    [pipeline] = [r for k, r in answerer._runtimes.items() if k[0] == "grounded"]
+    assert pipeline.drafter.model_name == DRAFT and pipeline.verifier is qwen
+    extras = result.extras
+    assert isinstance(extras, GroundedExtras) and extras.scoring == "verifier" and len(extras.drafts) == 2
+    assert all(d.n_verify_tokens > 0 for d in extras.drafts)  # scored by the 1.5B, token by token
+    assert right in result.text and result.supported, (result.text, extras.unsupported_reason)
