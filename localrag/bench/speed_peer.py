@@ -1,30 +1,222 @@
-"""``bench speed``'s C++ peer methods: llama.cpp's own programs on the same prompts and model.
+"""``bench speed``'s C++ peers: llama.cpp's own programs on the same prompts and model.
 
-  llama-lookup      llama.cpp's n-gram lookup decoding (examples/lookup) at its default draft
-                    length (``--spec-draft-n-max``, 3 in the vendored version)
+  llama-lookup      llama.cpp's n-gram lookup decoding (examples/lookup): prompt/context n-gram
+                    speculative decoding with a draft chain of ``--spec-draft-n-max`` tokens (3 by
+                    default in the vendored version), greedy, no tree, no draft model, no cost model.
+                    Its decode speed is read from its own timing line ("decoded N tokens in S
+                    seconds"), so model loading and the prompt prefill are not counted
   llama-lookup-dN   the same with a draft of N tokens (the issue compared 3 and 8)
   llama-bench       plain C++ decoding at the prompt's depth (``llama-bench -p 0 -d <prompt
-                    tokens> -n <new tokens>``): how much of a gap is the Python loop itself
+                    tokens> -n <new tokens>``): how much of a gap is the Python loop around
+                    llama.cpp rather than the algorithm
 
 Each runs in its own process, interleaved with the other methods prompt by prompt and round by
 round, on llama.cpp's default kernels (the user's settings: greedy, the same threads and context).
 The prompt is passed as the exact rendered text, checked to tokenize to the same ids as ours
 (the same chat template, BOS and special tokens), and decode time is the program's own.
+
+Both programs are built on demand from the llama.cpp sources that the installed llama-cpp-python
+vendors (its sdist from PyPI), with the x86-64-v3 flags ``scripts/setup.sh`` uses for the
+Python build, and cached under ``default_cache_dir() / "llama.cpp"``:
+
+    tools = peer_tools()                 # builds once (minutes on 2 cores); PeerUnavailable if it cannot
+    run = run_lookup(tools, model, prompt_text, n_new=64, draft=3, threads=2, n_ctx=4096)
+    print(run.n_tokens / run.decode_s)
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import platform
 import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
-from localrag.bench.peer import PeerTools, run_llama_bench, run_lookup
-from localrag.config import GenerationConfig
+import llama_cpp
+
+from localrag.config import GenerationConfig, default_cache_dir
 from localrag.engine import Engine
 
 LOOKUP_METHOD = re.compile(r"llama-lookup(?:-d(\d+))?$")
 PEER_METHODS = ("llama-lookup", "llama-bench")  # and llama-lookup-dN
+TARGETS = ("llama-lookup", "llama-bench")
+# The same x86-64 flags as scripts/setup.sh passes to the llama-cpp-python build (portable
+# x86-64-v3, no -march=native: native enables AMX on CPUs whose VM may not grant it).
+X86_64_FLAGS = ("-DGGML_NATIVE=OFF", "-DGGML_AVX=ON", "-DGGML_AVX2=ON", "-DGGML_FMA=ON", "-DGGML_F16C=ON",
+                "-DGGML_BMI2=ON")
+# only the two programs and the libraries they link: no server, tests, network or Python bindings
+BUILD_FLAGS = ("-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=OFF", "-DLLAMA_BUILD_COMMON=ON",
+               "-DLLAMA_BUILD_EXAMPLES=ON", "-DLLAMA_BUILD_TOOLS=ON", "-DLLAMA_BUILD_TESTS=OFF",
+               "-DLLAMA_BUILD_SERVER=OFF", "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF")
+DECODED = re.compile(r"decoded\s+(\d+) tokens in\s+([0-9.]+) seconds")
+N_DRAFT = re.compile(r"n_draft\s+=\s+(\d+)")
+N_DRAFTED = re.compile(r"n_drafted\s+=\s+(\d+)")
+N_ACCEPT = re.compile(r"n_accept\s+=\s+(\d+)")
 
 
+class PeerUnavailable(RuntimeError):
+    """The C++ peer cannot be built here (no compiler or cmake, no network for the sdist, a failed build)."""
+
+
+@dataclass(frozen=True)
+class PeerTools:
+    lookup: Path
+    bench: Path
+    version: str  # llama-cpp-python's version, whose vendored llama.cpp was built
+
+
+@dataclass(frozen=True)
+class LookupRun:
+    """One llama-lookup run, as the program itself timed it."""
+
+    n_tokens: int  # tokens it decoded (it stops after the step that passes n_new, so up to n_max more)
+    decode_s: float  # its decode loop, prompt prefill excluded
+    text: str  # the generated text (special tokens rendered as text)
+    n_draft: int  # its draft length (--spec-draft-n-max)
+    n_drafted: int
+    n_accept: int
+
+
+def cmake_flags() -> tuple[str, ...]:
+    """CMAKE_ARGS as given (as scripts/setup.sh passes them through), else the portable x86-64 set."""
+    given = os.environ.get("CMAKE_ARGS", "").split()
+    if given:
+        return tuple(given)
+    return X86_64_FLAGS if platform.machine() in ("x86_64", "AMD64") else ()
+
+
+def build_dir() -> Path:
+    """Cache folder of this llama-cpp-python version and these flags."""
+    key = hashlib.sha1(" ".join(cmake_flags() + BUILD_FLAGS).encode()).hexdigest()[:10]
+    return default_cache_dir() / "llama.cpp" / f"{llama_cpp.__version__}-{key}"
+
+
+def peer_tools() -> PeerTools:
+    """The built programs; builds them first when missing. Raises PeerUnavailable."""
+    root = build_dir()
+    tools = PeerTools(root / "bin" / "llama-lookup", root / "bin" / "llama-bench", llama_cpp.__version__)
+    if tools.lookup.exists() and tools.bench.exists():
+        return tools
+    missing = [name for name, exe in (("cmake", "cmake"), ("a C compiler", "cc"), ("a C++ compiler", "c++"))
+               if shutil.which(os.environ.get(exe.upper().replace("+", "X"), exe)) is None]
+    if missing:
+        raise PeerUnavailable(f"no {' or '.join(missing)} on PATH: cannot build llama.cpp's llama-lookup")
+    _build(root)
+    return tools
+
+
+def _build(root: Path) -> None:
+    """pip download the sdist, extract its vendor/llama.cpp, CMake-build the two targets into
+    root/bin (built in a scratch folder beside root, then renamed: a half build never counts)."""
+    version = llama_cpp.__version__
+    root.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="build-", dir=root.parent))
+    log = root.parent / f"build-{root.name}.log"
+    print(f"[bench] building llama.cpp {version} (llama-lookup, llama-bench) under {root}; log {log}",
+          file=sys.stderr)
+    with log.open("w") as out:
+        def run(cmd: list[str], **kw) -> None:
+            out.write("$ " + " ".join(cmd) + "\n")
+            out.flush()
+            if subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, **kw).returncode:
+                shutil.rmtree(work, ignore_errors=True)
+                raise PeerUnavailable(f"building llama.cpp's llama-lookup failed at {cmd[0]} {cmd[1]}: see {log}")
+
+        run([sys.executable, "-m", "pip", "download", "--no-binary", ":all:", "--no-deps", "-q", "-d", str(work),
+             f"llama-cpp-python=={version}"])
+        sdists = sorted(work.glob("llama_cpp_python-*.tar.gz"))
+        if not sdists:
+            raise PeerUnavailable(f"pip found no llama-cpp-python {version} sdist: see {log}")
+        src = _extract_vendored(sdists[0], work / "src")
+        gen = ["-G", "Ninja"] if shutil.which("ninja") else []
+        run(["cmake", "-S", str(src), "-B", str(work / "build"), *gen, *BUILD_FLAGS, *cmake_flags()])
+        run(["cmake", "--build", str(work / "build"), "--target", *TARGETS, "-j", str(os.cpu_count() or 1)])
+    (work / "bin").mkdir()
+    for target in TARGETS:
+        shutil.copy2(work / "build" / "bin" / target, work / "bin" / target)
+    (work / "bin" / "build.json").write_text(json.dumps(
+        {"llama_cpp_python": version, "flags": list(BUILD_FLAGS + cmake_flags())}))
+    shutil.rmtree(work / "build")
+    shutil.rmtree(work / "src")
+    for sdist in sdists:
+        sdist.unlink()
+    if root.exists():
+        shutil.rmtree(root)
+    work.rename(root)
+
+
+def _extract_vendored(sdist: Path, dest: Path) -> Path:
+    """Extract only <sdist>/vendor/llama.cpp (the sdist also carries the Python package)."""
+    with tarfile.open(sdist) as tar:
+        top = tar.getnames()[0].split("/")[0]
+        prefix = f"{top}/vendor/llama.cpp/"
+        members = [m for m in tar.getmembers() if m.name.startswith(prefix)]
+        tar.extractall(dest, members=members, filter="data")
+    return dest / top / "vendor" / "llama.cpp"
+
+
+def lookup_command(tools: PeerTools, model: Path, prompt_file: Path, n_new: int, draft: int | None,
+                   threads: int, n_ctx: int) -> list[str]:
+    """llama-lookup as a user runs it for greedy output: llama.cpp's default kernels and batch
+    sizes, the given thread count and context. It samples n_predict + 1 tokens at least (its loop
+    stops after the step that passes n_predict), so ``-n n_new - 1`` gives n_new tokens at least.
+    draft None: its default draft length."""
+    cmd = [str(tools.lookup), "-m", str(model), "-f", str(prompt_file), "-n", str(max(n_new - 1, 1)),
+           "-c", str(n_ctx), "-t", str(threads), "-tb", str(threads), "--temp", "0", "--seed", "0", "--no-escape"]
+    return cmd + (["--spec-draft-n-max", str(draft)] if draft is not None else [])
+
+
+def run_lookup(tools: PeerTools, model: Path, prompt_text: str, n_new: int, draft: int | None, threads: int,
+               n_ctx: int, timeout_s: float = 600.0) -> LookupRun:
+    """One llama-lookup generation of `prompt_text` (tokenized by llama-lookup itself with BOS and
+    special tokens parsed, like ``Engine.encode_prompt``)."""
+    with tempfile.TemporaryDirectory(prefix="lookup-") as tmp:
+        prompt_file = Path(tmp) / "prompt.txt"
+        # -f drops one trailing newline (a chat prompt ends with one: add one to be dropped);
+        # --no-escape keeps backslashes in code as they are
+        prompt_file.write_text(prompt_text + "\n", encoding="utf-8")
+        cmd = lookup_command(tools, model, prompt_file, n_new, draft, threads, n_ctx)
+        # cwd: it writes its (empty-named) dynamic n-gram cache file relative to it
+        proc = subprocess.run(cmd, capture_output=True, timeout=timeout_s, cwd=tmp)
+    err = proc.stderr.decode("utf-8", errors="replace")
+    if proc.returncode != 0:
+        raise RuntimeError(f"llama-lookup exited with {proc.returncode}: {err.strip()[-600:]}")
+    return parse_lookup(proc.stdout.decode("utf-8", errors="replace"), err, prompt_text)
+
+
+def parse_lookup(stdout: str, stderr: str, prompt_text: str) -> LookupRun:
+    """Its timing and counts (stderr) and generated text (stdout: the prompt echoed, then the output)."""
+    decoded = DECODED.search(stderr)
+    if decoded is None:
+        raise RuntimeError(f"llama-lookup printed no 'decoded ... tokens in ... seconds' line: {stderr[-600:]}")
+    draft, drafted, accepted = N_DRAFT.search(stderr), N_DRAFTED.search(stderr), N_ACCEPT.search(stderr)
+    at = stdout.find(prompt_text)  # echoed token by token (special tokens as text), after the BOS
+    text = stdout[at + len(prompt_text):] if at >= 0 else stdout
+    return LookupRun(int(decoded.group(1)), float(decoded.group(2)), text, int(draft.group(1)) if draft else 0,
+                     int(drafted.group(1)) if drafted else 0, int(accepted.group(1)) if accepted else 0)
+
+
+def run_llama_bench(tools: PeerTools, model: Path, depth: int, n_new: int, threads: int,
+                    timeout_s: float = 600.0) -> float:
+    """Plain C++ decode tokens/s at `depth` tokens of context (llama-bench -p 0 -n n_new -d depth,
+    one repetition: the benchmark's own rounds repeat it)."""
+    cmd = [str(tools.bench), "-m", str(model), "-p", "0", "-n", str(n_new), "-d", str(depth), "-t", str(threads),
+           "-r", "1", "-o", "json"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+    if proc.returncode != 0:
+        raise RuntimeError(f"llama-bench exited with {proc.returncode}: {proc.stderr.strip()[-600:]}")
+    rows = json.loads(proc.stdout)
+    return float(rows[0]["avg_ts"])
+
+
+# ------------------------------------------------------------------ the methods
 def is_peer_method(method: str) -> bool:
     return method == "llama-bench" or LOOKUP_METHOD.match(method) is not None
 
