@@ -22,6 +22,7 @@ import pytest
 from localrag.answer import Answerer
 from localrag.app.config import AppConfig
 from localrag.app.services import Services
+from localrag.bench.data import HotpotQuestion
 from localrag.bench.followup import make_case
 from localrag.config import GenerationConfig
 from localrag.modes import AnswerRequest, get_mode
@@ -192,18 +193,19 @@ def test_ask_with_history_follows_up(docs_dir, tmp_path):
 
 # ------------------------------------------------------------------ the benchmark's conversations
 def test_bench_followup_turns_a_bridge_question_into_two_turns():
-    record = {
+    record = {  # as the wheel's hotpotqa.json holds it
         "type": "bridge", "question": "The English actor Kris Marshall played which character in Death in Paradise?",
+        "answer": "DI Goodman",
         "supporting_facts": [["Kris Marshall", 0], ["Death in Paradise (TV series)", 1]],
         "context": [["Kris Marshall", ["Kris Marshall is an English actor. ", "He was born in Bristol."]],
                     ["Garden (film)", ["A film."]],
                     ["Death in Paradise (TV series)", ["A crime drama. ", "Marshall played DI Goodman."]]],
     }
-    case = make_case(record)
+    case = make_case(HotpotQuestion.from_json(record))
     assert case.history == ({"role": "user", "content": "Tell me about Kris Marshall."},
                             {"role": "assistant", "content": "Kris Marshall is an English actor."})
     assert case.followup == "The English actor it played which character in Death in Paradise?"
     assert case.docs[case.gold].startswith("Kris Marshall. ") and case.docs[case.other].startswith("Death in")
     assert search_query(case.followup, case.history) == f"{case.followup} Kris Marshall"
-    assert make_case({**record, "type": "comparison"}) is None
-    assert make_case({**record, "question": "Who played DI Goodman?"}) is None  # names neither entity
+    assert make_case(HotpotQuestion.from_json({**record, "type": "comparison"})) is None
+    assert make_case(HotpotQuestion.from_json({**record, "question": "Who played DI Goodman?"})) is None  # names neither

@@ -41,6 +41,7 @@ from pathlib import Path
 
 import httpx
 
+from localrag.bench.common import alternate, median_ratio, output
 from localrag.config import GenerationConfig, ModelConfig
 from localrag.engine import Engine
 
@@ -53,7 +54,7 @@ PROMPTS = (
 SETTLE_S = 0.05  # before every timed call: past the OpenMP spin after the last one
 
 
-@dataclass
+@dataclass(frozen=True)
 class Timing:
     ttft_s: float
     decode_tps: float
@@ -69,7 +70,7 @@ def add_bench_cli(sub) -> None:
     p.add_argument("--url", default=None,
                    help="measure a server already running with the same model (default: start one)")
     p.add_argument("--json", action="store_true")
-    p.set_defaults(func=run)
+    p.set_defaults(func=cmd_api)
 
 
 def in_process(engine: Engine, prompt: str, gen: GenerationConfig) -> Timing:
@@ -169,7 +170,7 @@ class ServerProcess:
         self.tmp.cleanup()
 
 
-def run(args) -> int:
+def cmd_api(args) -> int:
     server = None if args.url else ServerProcess(args.model)
     try:
         engine = Engine.load(ModelConfig(model=args.model))
@@ -178,48 +179,45 @@ def run(args) -> int:
         gen = GenerationConfig(max_tokens=args.max_new_tokens)
         rows = []
         conn = connect(args.url or server.url)
+        sides = {"in_process": lambda prompt: in_process(engine, prompt, gen),
+                 "api": lambda prompt: through_api(conn, engine.model_name, prompt, gen)}
         try:
-            through_api(conn, engine.model_name, PROMPTS[0], gen)  # warm-up: both sides once
-            in_process(engine, PROMPTS[0], gen)
+            sides["api"](PROMPTS[0])  # warm-up: both sides once
+            sides["in_process"](PROMPTS[0])
             for r in range(args.rounds):
                 for prompt in PROMPTS:
-                    if r % 2 == 0:
-                        local = in_process(engine, prompt, gen)
-                        api = through_api(conn, engine.model_name, prompt, gen)
-                    else:
-                        api = through_api(conn, engine.model_name, prompt, gen)
-                        local = in_process(engine, prompt, gen)
-                    rows.append({"round": r, "prompt": prompt, "in_process": asdict(local), "api": asdict(api)})
+                    timings = {side: sides[side](prompt) for side in alternate(sides, r)}
+                    rows.append({"round": r, "prompt": prompt, "in_process": asdict(timings["in_process"]),
+                                 "api": asdict(timings["api"])})
         finally:
             conn.close()
         engine.close()
     finally:
         if server is not None:
             server.stop()
-    report(rows, args)
-    return 0
+    return output(summarize(rows, args), args.json, print_api)
 
 
-def report(rows: list[dict], args) -> None:
+def summarize(rows: list[dict], args) -> dict:
     def med(side: str, key: str) -> float:
         return statistics.median(row[side][key] for row in rows)
 
-    ttft_ratio = statistics.median(r["api"]["ttft_s"] / r["in_process"]["ttft_s"] for r in rows)
-    tps_ratio = statistics.median(r["api"]["decode_tps"] / r["in_process"]["decode_tps"] for r in rows)
+    def ratio(key: str) -> float:
+        return median_ratio([r["api"][key] for r in rows], [r["in_process"][key] for r in rows])
+
     same = sum(r["api"]["text"] == r["in_process"]["text"] for r in rows)
-    result = {"model": args.model, "rounds": args.rounds, "prompts": len(PROMPTS),
-              "max_new_tokens": args.max_new_tokens,
-              "in_process": {"ttft_s": med("in_process", "ttft_s"), "decode_tps": med("in_process", "decode_tps")},
-              "api": {"ttft_s": med("api", "ttft_s"), "decode_tps": med("api", "decode_tps")},
-              "ttft_ratio_api_over_in_process": ttft_ratio, "decode_tps_ratio_api_over_in_process": tps_ratio,
-              "identical_texts": f"{same}/{len(rows)}"}
-    if args.json:
-        print(json.dumps(result, indent=2))
-        return
-    print(f"model {args.model}: {len(PROMPTS)} prompts x {args.rounds} rounds, {args.max_new_tokens} new tokens, "
-          "greedy, the KV cache as the API leaves it (medians)")
+    return {"model": args.model, "rounds": args.rounds, "prompts": len(PROMPTS), "max_new_tokens": args.max_new_tokens,
+            "in_process": {"ttft_s": med("in_process", "ttft_s"), "decode_tps": med("in_process", "decode_tps")},
+            "api": {"ttft_s": med("api", "ttft_s"), "decode_tps": med("api", "decode_tps")},
+            "ttft_ratio_api_over_in_process": ratio("ttft_s"),
+            "decode_tps_ratio_api_over_in_process": ratio("decode_tps"), "identical_texts": f"{same}/{len(rows)}"}
+
+
+def print_api(result: dict) -> None:
+    print(f"model {result['model']}: {result['prompts']} prompts x {result['rounds']} rounds, "
+          f"{result['max_new_tokens']} new tokens, greedy, the KV cache as the API leaves it (medians)")
     print(f"  in-process   TTFT {result['in_process']['ttft_s'] * 1000:7.1f} ms   "
           f"decode {result['in_process']['decode_tps']:6.1f} tok/s")
     print(f"  API (SSE)    TTFT {result['api']['ttft_s'] * 1000:7.1f} ms   decode {result['api']['decode_tps']:6.1f} tok/s")
-    print(f"  ratio API / in-process: TTFT {ttft_ratio:.3f}, decode tokens/s {tps_ratio:.3f}   "
-          f"(identical texts {same}/{len(rows)})")
+    print(f"  ratio API / in-process: TTFT {result['ttft_ratio_api_over_in_process']:.3f}, decode tokens/s "
+          f"{result['decode_tps_ratio_api_over_in_process']:.3f}   (identical texts {result['identical_texts']})")

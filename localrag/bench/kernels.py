@@ -16,12 +16,12 @@ see that switch's share (it matters only for K-quant weights, e.g. Gemma's Q4_K_
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import time
 
 from localrag.backends.llamacpp import LlamaCppBackend
+from localrag.bench.common import alternate, median_ratio, output
 from localrag.config import ModelConfig
 from localrag.generation import backend_sync
 
@@ -61,7 +61,7 @@ def cmd_kernels(args) -> int:
     prompt = arms["default"].tokenize(TEXT * (args.prompt_tokens // 30 + 1), add_special=True)[: args.prompt_tokens]
     runs: dict[str, list[tuple[float, float, list[int]]]] = {name: [] for name in arms}
     for r in range(args.rounds):
-        for name in (list(arms) if r % 2 == 0 else list(reversed(arms))):  # alternate who goes first
+        for name in alternate(arms, r):
             runs[name].append(_round(arms[name], prompt, args.new_tokens))
     det, dflt = runs["deterministic"], runs["default"]
     result = {
@@ -72,20 +72,20 @@ def cmd_kernels(args) -> int:
                         "default": statistics.median(x[0] for x in dflt)},
         "decode_tps": {"deterministic": statistics.median(x[1] for x in det),
                        "default": statistics.median(x[1] for x in dflt)},
-        "prefill_ratio": statistics.median(a[0] / b[0] for a, b in zip(det, dflt, strict=True)),
-        "decode_ratio": statistics.median(a[1] / b[1] for a, b in zip(det, dflt, strict=True)),
+        "prefill_ratio": median_ratio([x[0] for x in det], [x[0] for x in dflt]),
+        "decode_ratio": median_ratio([x[1] for x in det], [x[1] for x in dflt]),
         "same_tokens_rounds": sum(a[2] == b[2] for a, b in zip(det, dflt, strict=True)),
     }
     for be in arms.values():
         be.close()
-    if args.json:
-        print(json.dumps(result, indent=2))
-        return 0
-    print(f"{result['model']}: {len(prompt)}-token prompt, {args.new_tokens} new tokens, {args.rounds} rounds, "
-          f"GGML_CPU_TILED_MM={result['GGML_CPU_TILED_MM']}")
+    return output(result, args.json, print_kernels)
+
+
+def print_kernels(result: dict) -> None:
+    print(f"{result['model']}: {result['prompt_tokens']}-token prompt, {result['new_tokens']} new tokens, "
+          f"{result['rounds']} rounds, GGML_CPU_TILED_MM={result['GGML_CPU_TILED_MM']}")
     for what in ("prefill", "decode"):
         tps = result[f"{what}_tps"]
         print(f"  {what:8} deterministic {tps['deterministic']:8.1f} tok/s   default {tps['default']:8.1f} tok/s   "
               f"ratio {result[f'{what}_ratio']:.3f}")
-    print(f"  greedy tokens identical in {result['same_tokens_rounds']}/{args.rounds} rounds")
-    return 0
+    print(f"  greedy tokens identical in {result['same_tokens_rounds']}/{result['rounds']} rounds")

@@ -8,13 +8,13 @@ process, interleaved round by round, so machine noise hits both alike.
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
 
 from llama_cpp import Llama
 
 from localrag.backends.llamacpp import LlamaCppBackend, default_threads
+from localrag.bench.common import median_ratio, output
 from localrag.config import GenerationConfig, ModelConfig
 from localrag.engine import Engine
 
@@ -28,7 +28,7 @@ def add_bench_cli(sub) -> None:
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--json", action="store_true")
-    p.set_defaults(func=run)
+    p.set_defaults(func=cmd_plain)
 
 
 def _time_llama(llm, prompt_tokens: list[int], n: int) -> tuple[float, list[int]]:
@@ -45,7 +45,7 @@ def _time_llama(llm, prompt_tokens: list[int], n: int) -> tuple[float, list[int]
     return (len(out) - 1) / (time.perf_counter() - t0), out
 
 
-def run(args) -> int:
+def cmd_plain(args) -> int:
     threads = args.threads or default_threads()
     # the same kernels as llama-cpp-python's Llama defaults (f16 V cache, no flash attention), so
     # this compares the decode loops alone; the deterministic kernels' cost is bench speed's business
@@ -66,7 +66,6 @@ def run(args) -> int:
         tps, toks = _time_llama(ref, prompt_tokens, args.max_new_tokens)
         ref_tps.append(tps)
         same += toks[: len(g.tokens)] == g.tokens
-    ratio = statistics.median(o / r for o, r in zip(ours_tps, ref_tps, strict=True))
     result = {
         "model": engine.model_name,
         "threads": threads,
@@ -74,16 +73,18 @@ def run(args) -> int:
         "new_tokens": args.max_new_tokens,
         "ours_tokens_per_s": statistics.median(ours_tps),
         "llama_cpp_python_tokens_per_s": statistics.median(ref_tps),
-        "ratio_ours_over_llama": ratio,
+        "ratio_ours_over_llama": median_ratio(ours_tps, ref_tps),
         "identical_greedy_rounds": same,
     }
-    if args.json:
-        print(json.dumps(result, indent=2))
-    else:
-        print(f"model {result['model']}, {threads} threads, {args.rounds} rounds x {args.max_new_tokens} tokens")
-        print(f"  ours                 {result['ours_tokens_per_s']:.1f} tok/s")
-        print(f"  llama_cpp.Llama      {result['llama_cpp_python_tokens_per_s']:.1f} tok/s")
-        print(f"  ratio ours / Llama   {ratio:.3f}   (identical greedy output in {same}/{args.rounds} rounds)")
     ref.close()
     engine.close()
-    return 0
+    return output(result, args.json, print_plain)
+
+
+def print_plain(result: dict) -> None:
+    print(f"model {result['model']}, {result['threads']} threads, {result['rounds']} rounds x "
+          f"{result['new_tokens']} tokens")
+    print(f"  ours                 {result['ours_tokens_per_s']:.1f} tok/s")
+    print(f"  llama_cpp.Llama      {result['llama_cpp_python_tokens_per_s']:.1f} tok/s")
+    print(f"  ratio ours / Llama   {result['ratio_ours_over_llama']:.3f}   (identical greedy output in "
+          f"{result['identical_greedy_rounds']}/{result['rounds']} rounds)")

@@ -20,26 +20,30 @@ answer tokens and latency. Answers are cached with ``--cache`` (``bench groundin
 
 from __future__ import annotations
 
-import hashlib
 import json
 import sys
 import time
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 import numpy as np
 
 from localrag.answer import Answerer, rag_messages
-from localrag.bench.grounding_data import AnswerCache, AnsweredQuestion, GroundingRecord, load_records
-from localrag.bench.qa import MEMBERS, build_index, normalize, score_answer
+from localrag.bench.common import (
+    QA_INSTRUCTIONS,
+    AnswerCache,
+    AnsweredQuestion,
+    contains_answer,
+    fmt,
+    output,
+    score_answer,
+    table,
+    write_json,
+)
+from localrag.bench.data import QA_SUITES, GroundingRecord, load_records, qa_collection
 from localrag.config import GenerationConfig, ModelConfig
 from localrag.engine import Engine
 from localrag.evidence import EvidenceAligner
 from localrag.grounded.scoring import is_refusal, short_answer
-from localrag.rag.indexes import IndexSet
-
-SHORT = ("Answer the question using only the numbered sources below. Reply with just the answer, a short "
-         "phrase. If the sources do not contain the answer, reply: not in the documents.")
 
 
 @dataclass(frozen=True)
@@ -63,10 +67,11 @@ VARIANTS = {v.name: v for v in (
     # the app's prompt before this study
     PromptVariant("app", "Answer the question using only the numbered sources below. Be brief and specific. "
                          "If the sources do not contain the answer, say that the documents do not say."),
-    PromptVariant("short", SHORT),
-    PromptVariant("reminder", SHORT, reminder="Reply with just the answer: a short phrase copied from the sources."),
-    PromptVariant("short-k3", SHORT, k=3),
-    PromptVariant("short-last", SHORT, best_last=True),
+    PromptVariant("short", QA_INSTRUCTIONS),
+    PromptVariant("reminder", QA_INSTRUCTIONS,
+                  reminder="Reply with just the answer: a short phrase copied from the sources."),
+    PromptVariant("short-k3", QA_INSTRUCTIONS, k=3),
+    PromptVariant("short-last", QA_INSTRUCTIONS, best_last=True),
     PromptVariant("quote", "Answer the question using only the numbered sources below. First copy the sentence "
                            "of the sources that answers the question, then write 'Answer:' and the answer as a "
                            "short phrase. If the sources do not contain the answer, reply: not in the documents."),
@@ -84,7 +89,7 @@ def answer_phrase(text: str) -> str:
     return short_answer(text[at + len("answer:"):] if at >= 0 else text)
 
 
-@dataclass
+@dataclass(frozen=True)
 class PromptRow:
     variant: str
     question: str
@@ -120,11 +125,10 @@ def answer_with(s: Study, variant: PromptVariant, question: str, gen: Generation
     answered = cache.get(key)
     if answered is None:
         t0 = time.perf_counter()
-        got = s.answerer.search(question, variant.k)
-        prompt = s.answerer.fit_prompt(variant.messages(question, got.hits), gen)
-        generation = s.answerer.engine.reply(prompt, gen).run()
-        text = generation.text.strip()
-        answered = AnsweredQuestion(text, got.hits, is_refusal(answer_phrase(text)), time.perf_counter() - t0)
+        got = s.answerer.retrieve(question, variant.k)
+        msgs = s.answerer.fit_messages(variant.messages(question, got.hits), gen)
+        text = s.answerer.engine.chat(msgs, gen).run().text.strip()
+        answered = AnsweredQuestion(text, tuple(got.hits), is_refusal(answer_phrase(text)), time.perf_counter() - t0)
         cache.put(key, answered)
     n_tokens = len(s.answerer.engine.backend.tokenize(answered.text, add_special=False)) if answered.text else 0
     return answered, n_tokens
@@ -134,7 +138,7 @@ def score(s: Study, variant: PromptVariant, rec: GroundingRecord, answered: Answ
     answers = rec.qa.answers
     prediction = answer_phrase(answered.text)
     scores = score_answer(prediction, answers) if answers and not answered.refused else {"f1": 0.0, "em": 0.0}
-    contained = bool(answers) and any(normalize(a) and normalize(a) in normalize(answered.text) for a in answers)
+    contained = contains_answer(answered.text, answers)
     evidence = s.aligner.align(answered.text, answered.hits, question=rec.qa.question)
     return PromptRow(variant.name, rec.qa.question, bool(answers), answered.text, prediction, answered.refused,
                      scores["f1"], scores["em"], contained, evidence.score, evidence.supported, n_tokens,
@@ -167,11 +171,10 @@ def run_prompts(suite: str, n: int, seed: int = 1, split: str = "calibration", v
                 out: str | None = None) -> dict:
     chosen = [VARIANTS[v] for v in (variants or list(VARIANTS))]
     records = load_records(suite, None, split, n, seed)
-    index, _, _ = build_index(f"grounding-{suite}-{split}", [r.qa for r in records])
-    docs = list(dict.fromkeys(d for r in records for d in r.qa.docs))
+    collection = qa_collection(f"grounding-{suite}-{split}", [r.qa for r in records])
     engine = Engine.load(ModelConfig(model=model) if model else ModelConfig())
-    study = Study(records, Answerer(engine, IndexSet.of(index)), EvidenceAligner(index.embedder),
-                  hashlib.sha1("\n\0".join(docs).encode()).hexdigest()[:12])
+    study = Study(records, Answerer(engine, collection.index), EvidenceAligner(collection.index.embedder),
+                  collection.key)
     gen = GenerationConfig(max_tokens=max_tokens)
     store = AnswerCache(enabled=cache)
     for i, rec in enumerate(records):
@@ -181,8 +184,7 @@ def run_prompts(suite: str, n: int, seed: int = 1, split: str = "calibration", v
         if progress:
             progress(i + 1, len(records), study.rows[-len(chosen):])
         if out:
-            Path(out).write_text(json.dumps(_result(suite, split, seed, max_tokens, engine, chosen, study.rows),
-                                            indent=2), encoding="utf-8")
+            write_json(out, _result(suite, split, seed, max_tokens, engine, chosen, study.rows))
     return _result(suite, split, seed, max_tokens, engine, chosen, study.rows)
 
 
@@ -194,7 +196,7 @@ def _result(suite, split, seed, max_tokens, engine, chosen, rows) -> dict:
 
 def add_bench_cli(bench_subparsers) -> None:
     p = bench_subparsers.add_parser("prompts", help="RAG prompt variants: F1 and evidence support (Plain mode)")
-    p.add_argument("--suite", choices=sorted(MEMBERS), default="squad")
+    p.add_argument("--suite", choices=QA_SUITES, default="squad")
     p.add_argument("--n", type=int, default=200, help="questions (seeded sample of the split)")
     p.add_argument("--seed", type=int, default=1, help="sample seed (bench qa / grounding report with seed 0)")
     p.add_argument("--split", choices=("calibration", "report", "all"), default="calibration")
@@ -221,21 +223,18 @@ def cmd_prompts(args) -> int:
     result = run_prompts(args.suite, args.n, args.seed, args.split, names, args.max_tokens, args.model,
                          args.cache, progress, args.out)
     if args.out:
-        Path(args.out).write_text(json.dumps(result, indent=2), encoding="utf-8")
-    if args.json:
-        print(json.dumps({k: v for k, v in result.items() if k != "rows"}, indent=2))
-        return 0
+        write_json(args.out, result)
+    return output({k: v for k, v in result.items() if k != "rows"}, args.json, print_prompts)
+
+
+def print_prompts(result: dict) -> None:
     print(f"{result['suite']} ({result['split']} split, seed {result['seed']}), model {result['model']}, "
           f"max {result['max_tokens']} tokens")
-    print(f"{'variant':11} {'k':>2} {'order':>6} {'F1':>6} {'EM':>6} {'cont.':>6} {'F1>=.5':>6} {'support':>7} "
-          f"{'suppd':>6} {'ref.ans':>7} {'ref.una':>7} {'tokens':>6} {'med s':>6}")
-    for name, v in result["variants"].items():
-        print(f"{name:11} {v['k']:>2} {'last' if v['best_last'] else 'first':>6} {_f(v['f1'])} {_f(v['em'])} "
-              f"{_f(v['contained'])} {_f(v['f1_at_least_half'])} {_f(v['support_mean'], 7, 3)} {_f(v['supported'])} "
-              f"{_f(v['refused_answerable'], 7)} {_f(v['refused_unanswerable'], 7)} {_f(v['answer_tokens_mean'])} "
-              f"{_f(v['latency_median_s'], 6, 2)}")
-    return 0
-
-
-def _f(x, width: int = 6, digits: int = 1) -> str:
-    return "-".rjust(width) if x is None else f"{x:>{width}.{digits}f}"
+    columns = [("variant", 11), ("k", 2), ("order", 6), ("F1", 6), ("EM", 6), ("cont.", 6), ("F1>=.5", 6),
+               ("support", 7), ("suppd", 6), ("ref.ans", 7), ("ref.una", 7), ("tokens", 6), ("med s", 6)]
+    print(table(columns, [[name, v["k"], "last" if v["best_last"] else "first", fmt(v["f1"], ".1f"),
+                           fmt(v["em"], ".1f"), fmt(v["contained"], ".1f"), fmt(v["f1_at_least_half"], ".1f"),
+                           fmt(v["support_mean"], ".3f"), fmt(v["supported"], ".1f"),
+                           fmt(v["refused_answerable"], ".1f"), fmt(v["refused_unanswerable"], ".1f"),
+                           fmt(v["answer_tokens_mean"], ".1f"), fmt(v["latency_median_s"], ".2f")]
+                          for name, v in result["variants"].items()]))

@@ -21,25 +21,14 @@ import sys
 import time
 from dataclasses import asdict
 
-from localrag.bench.speed_data import SUITES, load_suite
+from localrag.bench.common import output, repeated_sentence
+from localrag.bench.data import SUITES, load_suite
 from localrag.config import GenerationConfig, ModelConfig, RepetitionConfig, default_cache_dir
 from localrag.engine import Engine
-from localrag.evidence import split_sentences
-from localrag.repetition import normalise_sentence, replay
+from localrag.repetition import replay
 
 SWEEP = (RepetitionConfig(), RepetitionConfig(min_words=2), RepetitionConfig(min_words=4),
          RepetitionConfig(min_span=8), RepetitionConfig(min_span=24), RepetitionConfig(max_period=128))
-
-
-def repeated_sentence(text: str) -> str | None:
-    """The first sentence of ``text`` that repeats an earlier one (normalised), else None."""
-    seen = set()
-    for a, b in split_sentences(text):
-        norm = normalise_sentence(text[a:b])
-        if norm in seen:
-            return text[a:b]
-        seen.add(norm)
-    return None
 
 
 def generate(engine: Engine, suite: str, n: int, max_new: int) -> list[dict]:
@@ -48,17 +37,17 @@ def generate(engine: Engine, suite: str, n: int, max_new: int) -> list[dict]:
     root = default_cache_dir() / "repetition"
     root.mkdir(parents=True, exist_ok=True)
     for p in load_suite(suite, n):
-        msgs = p.get("messages") or [{"role": "user", "content": p["prompt"]}]
-        key = hashlib.sha1(json.dumps([engine.model_name, suite, msgs if p["chat"] else p["prompt"],
+        msgs = p.conversation
+        key = hashlib.sha1(json.dumps([engine.model_name, suite, msgs if p.chat else p.prompt,
                                        max_new]).encode()).hexdigest()
         f = root / f"{key}.json"
         if f.is_file():
             out.append(json.loads(f.read_text(encoding="utf-8")))
             continue
         cfg = GenerationConfig(max_tokens=max_new, repetition=None)
-        gen = engine.chat(msgs, cfg) if p["chat"] else engine.complete(p["prompt"], cfg)
+        gen = engine.chat(msgs, cfg) if p.chat else engine.complete(p.prompt, cfg)
         gen.run()
-        row = {"suite": suite, "prompt": p["prompt"][:200], "tokens": gen.tokens, "text": gen.text,
+        row = {"suite": suite, "prompt": p.prompt[:200], "tokens": gen.tokens, "text": gen.text,
                "stop_reason": gen.stats.stop_reason}
         f.write_text(json.dumps(row), encoding="utf-8")
         out.append(row)
@@ -117,10 +106,11 @@ def cmd_repetition(args) -> int:
     if bad:
         print(f"error: unknown suite(s) {', '.join(bad)}; choose from {', '.join(SUITES)}", file=sys.stderr)
         return 2
-    result = run_repetition(suites, args.n, args.max_new_tokens, args.model, args.sweep)
-    if args.json:
-        print(json.dumps(result, indent=2, ensure_ascii=False))
-        return 0
+    return output(run_repetition(suites, args.n, args.max_new_tokens, args.model, args.sweep), args.json,
+                  print_repetition)
+
+
+def print_repetition(result: dict) -> None:
     print(f"{result['model']}, {result['n']} prompts per suite, up to {result['max_new_tokens']} new tokens, "
           "Plain decoding without the guard, the guard replayed")
     for suite, r in result["suites"].items():
@@ -136,5 +126,3 @@ def cmd_repetition(args) -> int:
             if cfg == RepetitionConfig():
                 for s in c["stops"]:
                     print(f"    [{s['pattern']}] …{s['kept_tail'][-100:]!r} ⟂ {s['repeat'][:80]!r}")
-    return 0
-

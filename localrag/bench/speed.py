@@ -19,7 +19,7 @@ empty cache, so machine load hits all alike):
   llama-lookup, llama-lookup-dN, llama-bench
              llama.cpp's own C++ programs (``speed_peer``): n-gram lookup decoding at its default
              draft length or N, and plain C++ decoding at the prompt's depth; built on demand from
-             the llama.cpp that llama-cpp-python vendors (``peer``), skipped with the reason when
+             the llama.cpp that llama-cpp-python vendors, skipped with the reason when
              they cannot be built
 
 Per suite it reports:
@@ -40,6 +40,10 @@ Per suite it reports:
     prompt and the answer so far (retrieval, n-gram lookup) could gain on plain's answers at the
     measured T(k), median over prompts.
 
+Prompts: the suites of :mod:`localrag.bench.data` (``load_suite``) or a ``--prompts`` JSONL file.
+Files: this one (the command, the methods, the runner, the copy bound), ``speed_report`` (medians,
+ratios and the printout), ``speed_peer`` (llama.cpp's C++ programs) and ``speed_hf`` (transformers).
+
 Transformers backend: ``--backend hf`` loads the target through ``localrag.bench.speed_hf``
 (``load_target``) and adds its methods (``extra_methods``: hf-plain, hf-pld, hf-assisted), each
 ``fn(engine, ids: list[int], cfg: GenerationConfig, docs: list[str]) -> dict`` returning
@@ -48,11 +52,10 @@ Transformers backend: ``--backend hf`` loads the target through ``localrag.bench
 
 from __future__ import annotations
 
-import json
 import statistics
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -60,10 +63,9 @@ from llama_cpp import Llama
 from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
 from localrag.backends.base import Backend
-from localrag.bench.copy_bound import copy_bound
-from localrag.bench.peer import PeerUnavailable, peer_tools
-from localrag.bench.speed_data import SUITES, load_prompts_file, load_suite
-from localrag.bench.speed_peer import PEER_METHODS, CppPeers, is_peer_method
+from localrag.bench.common import output
+from localrag.bench.data import SUITES, Prompt, load_prompts_file, load_suite
+from localrag.bench.speed_peer import PEER_METHODS, CppPeers, PeerUnavailable, is_peer_method, peer_tools
 from localrag.bench.speed_report import first_divergence, print_report, slim, summarise
 from localrag.config import GenerationConfig, ModelConfig, RasdConfig
 from localrag.engine import Engine
@@ -187,7 +189,7 @@ def verify_noise(plain_record: dict, spec_rows: list[np.ndarray], spec_tokens: l
     token from (one token per forward) against those a speculative decoder picked the same token
     from (a row of a verified tree, or a plain step after tree steps), at identical contexts.
 
-    plain_record: ``_margin_plain``'s record with "tokens", "top2" and "logits" (logits[j] picked
+    plain_record: ``MarginRecorder``'s record with "tokens", "top2" and "logits" (logits[j] picked
     token j); spec_rows: the decoder's ``record_logits`` (row j-1 picked token j; token 0 comes from
     the shared prefill). Only tokens before the first divergence count (after it the contexts
     differ, and at it the difference is what is being explained)."""
@@ -221,20 +223,20 @@ def _extra_methods(args) -> dict:
     return speed_hf.extra_methods(args)
 
 
-def _encode(engine, p: dict, max_new: int) -> tuple[str, list[int], GenerationConfig]:
+def _encode(engine, p: Prompt, max_new: int) -> tuple[str, list[int], GenerationConfig]:
     """The prompt's rendered text (chat template applied for chat prompts), its ids and the config
     (no repetition guard: decoding speed over whole continuations, as the peers decode)."""
     cfg = GenerationConfig(max_tokens=max_new, repetition=None)
-    if p.get("chat", True):
-        text = engine.prompt.render(p.get("messages") or [{"role": "user", "content": p["prompt"]}])
+    if p.chat:
+        text = engine.prompt.render(p.conversation)
         cfg = cfg.with_(stop=engine.prompt.stop)
     else:
-        text = p["prompt"]
+        text = p.prompt
     return text, engine.encode_prompt(text), cfg
 
 
 def run_suite(
-    engine, prompts: list[dict], methods: list[str], decoders: dict, pld, extra: dict, max_new: int,
+    engine, prompts: list[Prompt], methods: list[str], decoders: dict, pld, extra: dict, max_new: int,
     repeats: int = 1, peers: CppPeers | None = None, cost: CostModel | None = None,
 ) -> dict:
     """Every method on every prompt, `repeats` rounds interleaved; per method the median decode time.
@@ -269,10 +271,10 @@ def run_suite(
                 elif m == "plain-cached":
                     r = run_cached(engine, ids, cfg)
                 elif m in extra:
-                    r = extra[m](engine, ids, cfg, p.get("docs", []))
+                    r = extra[m](engine, ids, cfg, list(p.docs))
                 else:
                     dec = decoders[m]
-                    dec.set_documents(p.get("docs", []))
+                    dec.set_documents(list(p.docs))
                     dec.record_logits = [] if rnd == 0 else None
                     r = run_generation(engine, ids, cfg, dec)
                     if rnd == 0:
@@ -304,11 +306,61 @@ def run_suite(
     return {"rows": rows, "noise": noise}
 
 
-def _copy_bound(engine, p: dict, ids: list[int], tokens: list[int], cost: CostModel) -> float:
+# --- the copy bound ------------------------------------------------------------------
+def _copy_bound(engine, p: Prompt, ids: list[int], tokens: list[int], cost: CostModel) -> float:
     """What any drafter copying from the prompt's documents, the prompt and the answer could gain
     on plain's answer at this cost curve (paths up to its largest measured size)."""
-    docs = [engine.backend.tokenize(d, add_special=False, parse_special=False) for d in p.get("docs", [])]
+    docs = [engine.backend.tokenize(d, add_special=False, parse_special=False) for d in p.docs]
     return copy_bound([*docs, ids], tokens, cost, max_depth=int(cost.ks[-1]) - 1)
+
+
+def copyable(sources: Sequence[Sequence[int]], answer: Sequence[int]) -> list[bool]:
+    """Per answer token: did its pair (previous token, it) occur in a source or earlier in the
+    answer? The last source is the one the answer continues (the prompt); token 0 pairs with its
+    last token."""
+    seen = {pair for src in sources for pair in zip(src, src[1:], strict=False)}
+    prev = sources[-1][-1] if sources and sources[-1] else None
+    flags = []
+    for tok in answer:
+        flags.append((prev, tok) in seen)
+        seen.add((prev, tok))
+        prev = tok
+    return flags
+
+
+def copy_bound(sources: Sequence[Sequence[int]], answer: Sequence[int], cost: Callable[[int], float],
+               max_depth: int) -> float:
+    """Upper bound on the speedup over plain of any drafter that copies from `sources`; cost(k):
+    seconds of one forward over k tokens; paths of at most `max_depth` drafted tokens.
+
+    A drafter that copies (RASD's retrieval tree, llama.cpp's n-gram lookup, prompt lookup) can
+    propose token x after token y only where the pair (y, x) occurs in what it copies from: the
+    documents, the prompt and the answer so far. So on plain's own output, token j can be drafted
+    only if it is ``copyable``. A step that emits r drafted tokens plus its bonus token verifies at
+    least those r tokens and the root in one forward, T(r + 1), and needs all r copyable. The least
+    time to write the answer is then a shortest path over positions:
+
+        best[n] = 0
+        best[i] = min(T(1) + best[i + 1],                                      # a plain step
+                      min over r >= 1 with tokens i..i+r-1 copyable of
+                          T(r + 1) + best[min(i + r + 1, n)])                  # r drafted + the bonus
+
+    with token 0 given by the prefill. Plain's time over it, (n - 1) T(1) / best[1], bounds the
+    speedup of every such drafter, tree or chain, however well it guesses, at this measured cost
+    curve: a drafter that also runs a draft model is not bounded by it."""
+    n = len(answer)
+    if n <= 1:
+        return 1.0
+    ok = copyable(sources, answer)
+    best = [0.0] * (n + 1)
+    for i in range(n - 1, 0, -1):
+        least = cost(1) + best[i + 1]
+        r = 0
+        while r < max_depth and i + r < n and ok[i + r]:
+            r += 1
+            least = min(least, cost(r + 1) + best[min(i + r + 1, n)])
+        best[i] = least
+    return (n - 1) * cost(1) / best[1]
 
 
 def cmd_speed(args) -> int:
@@ -351,11 +403,7 @@ def cmd_speed(args) -> int:
         result = run_suite(engine, prompts, methods, decoders, pld, extra, args.max_new_tokens, args.repeats, peers,
                            cost)
         report["suites"][suite] = {"summary": summarise(result, methods), "rows": slim(result["rows"])}
-    if args.json:
-        print(json.dumps(report, indent=1, default=float))
-    else:
-        print_report(report)
-    return 0
+    return output(report, args.json, print_report)
 
 
 def _peers(methods: list[str], engine: Engine, args) -> tuple[CppPeers | None, dict[str, str]]:

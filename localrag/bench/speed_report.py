@@ -12,6 +12,7 @@ import statistics
 
 import numpy as np
 
+from localrag.bench.common import fmt, table
 from localrag.bench.speed_peer import is_peer_method
 
 # methods whose runs count tokens as "n" (timed outside our Generation) rather than by their tokens
@@ -131,7 +132,7 @@ def summarise(result: dict, methods: list[str]) -> dict:
             "hardware_limit_speedup": hw,
             "draft_limit_speedup": dhw,  # the same with every chain token written by the draft model
             "time_split_s": split if orc else None,
-            # plain only: the most any drafter copying text could gain here (bench.copy_bound), median
+            # plain only: the most any drafter copying text could gain here (speed.copy_bound), median
             "copy_bound_median": statistics.median(copy) if copy else None,
         }
     return out
@@ -151,6 +152,25 @@ def slim(rows: list[dict]) -> list[dict]:
     return out
 
 
+def _method_cells(m: str, r: dict) -> list[str]:
+    """One method's line of the table: its counts and medians, then the free-text time split."""
+    ident = f"{r['identical']}/{r['compared']}" if r["identical"] is not None else "-"
+    orc = fmt(r["oracle_speedup_median"], ".2f")
+    if r.get("hardware_limit_speedup"):
+        orc += f"/{r['hardware_limit_speedup']:.2f}"
+    if r.get("draft_limit_speedup"):
+        orc += f"/{r['draft_limit_speedup']:.2f}"
+    split = " ".join(f"{k}={v:.2f}" for k, v in (r["time_split_s"] or {}).items())
+    if r.get("median_speedup_vs_hf_plain") is not None:
+        split = f"vs hf-plain {r['median_speedup_vs_hf_plain']:.2f}  " + split
+    if r.get("lookup_ms_mean") is not None:
+        split += f" lookup={r['lookup_ms_mean']:.2f}ms/step"
+    if r["diverged_at_near_tie"]:
+        split += f"  [near-tie divergences: {r['diverged_at_near_tie']}]"
+    return [m, ident, f"{r['median_speedup']:.2f}", f"{r['tokens_per_s']:.1f}", fmt(r["mean_accepted"], ".2f"), orc,
+            f" {split}"]
+
+
 def print_report(report: dict) -> None:
     print(f"model {report['model']}  draft {report['draft']}  deterministic {report.get('deterministic')}  "
           f"T(k) ms {report['cost_curve_ms']}")
@@ -162,28 +182,10 @@ def print_report(report: dict) -> None:
         counts = ", ".join(f"{'plain repeated' if m == 'plain' else m} {r['identical']}/{r['compared']}"
                            for m, r in s.items() if m != "noise_bound" and r["identical"] is not None)
         print(f"\n== {suite}  identical to plain: {counts}")
-        print(
-            f"{'method':15} {'ident':>6} {'speedup':>8} {'tok/s':>7} {'acc/step':>8} {'oracle/hw':>9}  time split s"
-            f"   [diagnostic: near-tie divergences, noise bound max |dlogit| {nb['max_abs_logit_diff']:.3f}]"
-        )
-        for m, r in s.items():
-            if m == "noise_bound":
-                continue
-            ident = f"{r['identical']}/{r['compared']}" if r["identical"] is not None else "-"
-            acc = f"{r['mean_accepted']:.2f}" if r["mean_accepted"] is not None else "-"
-            orc = f"{r['oracle_speedup_median']:.2f}" if r["oracle_speedup_median"] is not None else "-"
-            if r.get("hardware_limit_speedup"):
-                orc += f"/{r['hardware_limit_speedup']:.2f}"
-            if r.get("draft_limit_speedup"):
-                orc += f"/{r['draft_limit_speedup']:.2f}"
-            split = " ".join(f"{k}={v:.2f}" for k, v in (r["time_split_s"] or {}).items())
-            if r.get("median_speedup_vs_hf_plain") is not None:
-                split = f"vs hf-plain {r['median_speedup_vs_hf_plain']:.2f}  " + split
-            if r.get("lookup_ms_mean") is not None:
-                split += f" lookup={r['lookup_ms_mean']:.2f}ms/step"
-            if r["diverged_at_near_tie"]:
-                split += f"  [near-tie divergences: {r['diverged_at_near_tie']}]"
-            print(f"{m:15} {ident:>6} {r['median_speedup']:8.2f} {r['tokens_per_s']:7.1f} {acc:>8} {orc:>9}  {split}")
+        columns = [("method", 15), ("ident", 6), ("speedup", 8), ("tok/s", 7), ("acc/step", 8), ("oracle/hw", 9),
+                   (" time split s   [diagnostic: near-tie divergences, noise bound max |dlogit| "
+                    f"{nb['max_abs_logit_diff']:.3f}]", 0)]
+        print(table(columns, [_method_cells(m, r) for m, r in s.items() if m != "noise_bound"]))
         for m, r in s.items():
             if m != "noise_bound" and r["vs_peer"]:
                 ratios = ", ".join(f"{p} {v:.2f}x" for p, v in r["vs_peer"].items())

@@ -54,7 +54,7 @@ class EvidenceConfig:
         python -m localrag bench grounding --suite squad --split calibration --n 300 --calibrate
 
     on the calibration half of SQuAD v2 dev (questions split by a hash of their paragraph, see
-    ``localrag.bench.grounding_data``), never on the reported half: a logistic regression of
+    ``localrag.bench.data.split_of``), never on the reported half: a logistic regression of
     "the answer contains a gold answer" (F1 >= 0.5 had 3 positives in 300) on the answer-level
     signals, each weight kept to its sign (more evidence never lowers the support; overlap came
     out 0 beside the exact and embedding signals), and the refusal threshold as the highest that

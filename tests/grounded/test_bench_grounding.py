@@ -13,6 +13,14 @@ from dataclasses import dataclass
 
 import pytest
 
+from localrag.bench.data import (
+    GoldEvidence,
+    GroundingRecord,
+    QARecord,
+    jsonl_grounding,
+    load_records,
+    split_of,
+)
 from localrag.bench.grounding import (
     GroundingRow,
     auroc,
@@ -20,14 +28,6 @@ from localrag.bench.grounding import (
     fit_refusal_threshold,
     summarize,
 )
-from localrag.bench.grounding_data import (
-    GoldEvidence,
-    GroundingRecord,
-    jsonl_grounding,
-    load_records,
-    split_of,
-)
-from localrag.bench.qa import QARecord
 from localrag.evidence import EvidenceAligner
 
 

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from localrag.bench.qa import QARecord, calibrate, run_question, score_answer, summarize
+from localrag.bench.common import score_answer
+from localrag.bench.data import QARecord
+from localrag.bench.qa import Pick, QuestionRun, calibrate, parse_methods, run_question, summarize
 from localrag.config import GenerationConfig, GroundedConfig
 from localrag.evidence import EvidenceAligner
 from localrag.grounded.extras import GroundedDraft, GroundedExtras
@@ -69,13 +71,14 @@ def test_each_method_reports_its_own_pick_from_the_same_drafts():
     pipeline, gen = FakePipeline(DRAFTS), GenerationConfig(max_tokens=32)
     row = run_question(FakeAnswerer("Answer: The Pacific."), FakeAnswerer("I don't know"), pipeline,
                        rec, gen, GroundedConfig(), k=5, ask=fake_ask)
-    assert pipeline.gens == [gen, gen]  # specrag and nocluster answer within the same limits as RAG
-    assert row["rag"][0] == "The Pacific"
-    assert row["specrag"][0] == "the Pacific Ocean coast"
-    assert row["unchecked"][0] == row["reranked"][0] == row["specrag"][0]  # no aligner: no check to differ by
-    assert row["drafter"][0] == "Los Angeles"
-    assert row["oracle"][0] == "Pacific"
-    assert [d["answer"] for d in row["_drafts"]] == [d.answer for d in DRAFTS]
+    assert pipeline.gens == [gen, gen]  # grounded and nocluster answer within the same limits as RAG
+    picked = {m: p.answer for m, p in row.picks.items()}
+    assert picked["rag"] == "The Pacific"
+    assert picked["grounded"] == "the Pacific Ocean coast"
+    assert picked["unchecked"] == picked["reranked"] == picked["grounded"]  # no aligner: no check to differ by
+    assert picked["drafter"] == "Los Angeles"
+    assert picked["oracle"] == "Pacific"
+    assert [d["answer"] for d in row.drafts] == [d.answer for d in DRAFTS]
 
 
 def test_unsupported_and_unanswerable_rows_abstain():
@@ -83,15 +86,16 @@ def test_unsupported_and_unanswerable_rows_abstain():
     row = run_question(FakeAnswerer("not in the documents"), FakeAnswerer("Olympus"),
                        FakePipeline(DRAFTS, supported=False), unanswerable, None, GroundedConfig(), k=5,
                        ask=fake_ask)
-    assert row["rag"][0] is None and row["specrag"][0] is None and row["oracle"][0] is None
-    assert row["norag"][0] == "Olympus"
+    picked = {m: p.answer for m, p in row.picks.items()}
+    assert picked["rag"] is None and picked["grounded"] is None and picked["oracle"] is None
+    assert picked["norag"] == "Olympus"
 
 
 def test_summary_scores_answerable_and_unanswerable_separately():
     recs = [QARecord("q1", ("d",), ("Pacific",)), QARecord("q2", ("d",), ())]
-    rows = [{m: ("Pacific Ocean", 1.0) for m in ("norag", "rag", "specrag", "drafter", "nocluster", "oracle")},
-            {m: (None, 3.0) for m in ("norag", "rag", "specrag", "drafter", "nocluster", "oracle")}]
-    rows[1]["norag"] = ("Olympus", 3.0)
+    methods = ("norag", "rag", "grounded", "drafter", "nocluster", "oracle")
+    rows = [QuestionRun({m: Pick("Pacific Ocean", 1.0) for m in methods}),
+            QuestionRun({m: Pick("Olympus" if m == "norag" else None, 3.0) for m in methods})]
     res = summarize(rows, recs)
     f1 = score_answer("Pacific Ocean", ("Pacific",))["f1"]
     assert abs(f1 - 2 / 3) < 1e-9  # precision 1/2, recall 1
@@ -102,7 +106,7 @@ def test_summary_scores_answerable_and_unanswerable_separately():
 
 def test_calibrated_threshold_trades_abstention_against_f1():
     recs = [QARecord("q1", ("d",), ("Pacific",)), QARecord("q2", ("d",), ())]
-    rows = [{"_best": ("Pacific", -5.0)}, {"_best": ("Mars", -9.0)}]
+    rows = [QuestionRun({}, best=("Pacific", -5.0)), QuestionRun({}, best=("Mars", -9.0))]
     cal = calibrate(rows, recs)
     # a threshold between the two scores keeps the right answer and turns away the unanswerable one
     assert cal["best_threshold"] == -5.0 and cal["utility"] == 1.0
@@ -121,7 +125,13 @@ def test_reranked_takes_the_next_draft_whose_evidence_holds():
     rec = QARecord("Which ocean does Southern California touch?", ("doc",), ("Pacific",))
     row = run_question(FakeAnswerer("x"), FakeAnswerer("x"), FakePipeline(drafts, supported=False), rec, None,
                        GroundedConfig(min_score=-8.5), k=5, ask=fake_ask, aligner=EvidenceAligner(),
-                       methods=("specrag",))
-    assert row["specrag"][0] is None and row["unchecked"][0] == "Los Angeles"
-    assert row["reranked"][0] == "the Pacific Ocean"
-    assert "rag" not in row and "nocluster" not in row  # only the methods asked for ran
+                       methods=("grounded",))
+    assert row.picks["grounded"].answer is None and row.picks["unchecked"].answer == "Los Angeles"
+    assert row.picks["reranked"].answer == "the Pacific Ocean"
+    assert "rag" not in row.picks and "nocluster" not in row.picks  # only the methods asked for ran
+
+
+def test_methods_take_grounded_and_its_old_name():
+    assert parse_methods("rag, grounded") == ("rag", "grounded")
+    assert parse_methods("specrag") == ("grounded",)  # the old name is accepted, and reported as grounded
+    assert parse_methods("rag,bogus") is None and parse_methods(" , ") is None

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 from rag_docgen import prose, write
 
-from localrag.bench.ingest_compare import print_compare, run_compare
+from localrag.bench.ingest import print_compare, run_compare
 
 
 @pytest.mark.slow

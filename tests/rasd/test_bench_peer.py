@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from localrag.bench.peer import PeerTools, lookup_command, parse_lookup
+from localrag.bench.speed_peer import PeerTools, lookup_command, parse_lookup
 
 PROMPT = "The capital of France is"
 STDOUT = "\n\n<bos>The capital of France is the capital of the country of France. It is the largest city in France. It\n\n"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from localrag.bench.copy_bound import copy_bound, copyable
+from localrag.bench.speed import copy_bound, copyable
 
 
 def test_copyable_needs_the_pair_earlier_in_a_source_or_the_output():

@@ -11,13 +11,12 @@ PATH defaults to the first N files of Debian's python3.11-doc reST sources.
 
 from __future__ import annotations
 
-import json
 import statistics
 import tempfile
-import time
 from pathlib import Path
 
-from localrag.bench.ingest import DEFAULT_CORPUS
+from localrag.bench.common import alternate, output, timed
+from localrag.bench.data import PYTHON_DOCS
 from localrag.rag.config import IndexConfig
 from localrag.rag.embed import make_embedder
 from localrag.rag.index import DocumentIndex
@@ -38,9 +37,7 @@ def _run(files: list[Path], parse_worker: bool) -> tuple[float, int]:
         index = DocumentIndex(cfg, embedder=embedder)
         embedder.embed(["warm up the model"])
         _ = index.chunker
-        t0 = time.perf_counter()
-        report = index.ingest(files)
-        seconds = time.perf_counter() - t0
+        report, seconds = timed(index.ingest, files)
         index.close()
     return seconds, report.chunks
 
@@ -49,9 +46,8 @@ def run_pipeline_bench(path: Path, n_files: int, repeats: int) -> dict:
     files = _files(path, n_files)
     rounds = []
     for r in range(repeats):
-        order = list(METHODS) if r % 2 == 0 else list(reversed(METHODS))
         row = {}
-        for name in order:
+        for name in alternate(METHODS, r):
             seconds, chunks = _run(files, METHODS[name])
             row[name] = {"seconds": round(seconds, 2), "chunks": chunks, "chunks_per_s": round(chunks / seconds, 2)}
         row["speedup"] = round(row["one-thread"]["seconds"] / row["worker"]["seconds"], 3)
@@ -70,7 +66,7 @@ def add_bench_cli(bench_subparsers) -> None:
     p = bench_subparsers.add_parser(
         "ingest-pipeline", help="ingest with the parse worker thread vs one thread (median speedup)"
     )
-    p.add_argument("path", nargs="?", default=str(DEFAULT_CORPUS), help="folder or file (default: Python docs)")
+    p.add_argument("path", nargs="?", default=str(PYTHON_DOCS), help="folder or file (default: Python docs)")
     p.add_argument("--files", type=int, default=40, help="first N files of the folder (sorted)")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--json", action="store_true")
@@ -82,14 +78,13 @@ def cmd_pipeline_bench(args) -> int:
     if not path.exists():
         print(f"corpus not found: {path} (for the default: apt-get install python3.11-doc)")
         return 2
-    result = run_pipeline_bench(path, args.files, args.repeats)
-    if args.json:
-        print(json.dumps(result, indent=2))
-        return 0
+    return output(run_pipeline_bench(path, args.files, args.repeats), args.json, print_pipeline)
+
+
+def print_pipeline(result: dict) -> None:
     print(f"corpus {result['corpus']}: {result['files']} files, {result['mb']} MB")
     for i, row in enumerate(result["rounds"], start=1):
         cells = ", ".join(f"{m} {row[m]['seconds']} s ({row[m]['chunks_per_s']} chunks/s)" for m in METHODS)
         print(f"round {i}: {cells}; speedup {row['speedup']}x")
     med = result["median_seconds"]
     print(f"median: worker {med['worker']} s, one-thread {med['one-thread']} s; median speedup {result['median_speedup']}x")
-    return 0
