@@ -6,9 +6,11 @@
         if isinstance(piece, AnswerResult): print(piece.citations)
         elif isinstance(piece, str): print(piece, end="")    # (Grounded also yields AnswerProgress first)
 
-Shared: the loaded target (``engine``), the collections' indexes (``indexes``), the models loaded
+Shared: the target (``engine``: a model loaded here, or an OpenAI-compatible serving engine, see
+``remote``), the collections' indexes (``indexes``), the models loaded
 beside the target by name (``models``: a Speedup draft, a Grounded drafter or verifier), the
-document search (``search``, with follow-up queries), the standard-RAG prompt (``rag_prompt``),
+document search (``search``, with follow-up queries), the standard-RAG prompt (``rag_messages``) and
+the reply to it (``generate``),
 and the check every answer goes through before it is shown: its sentence-level evidence in the
 chunks it was written from (``check``), the citations computed from that evidence, and honest
 refusal when the documents do not support it (``checked_result``, ``apply_policy``). What a mode
@@ -25,9 +27,11 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from localrag.backends.base import Backend
+from localrag.backends.endpoint import EndpointEngine, EndpointGeneration
 from localrag.config import GenerationConfig, GroundedConfig, ModelConfig, RasdConfig
 from localrag.engine import Engine
 from localrag.evidence import EvidenceAligner, EvidenceConfig, split_citations
+from localrag.generation import Decoder, Generation
 from localrag.models import drafts_for
 from localrag.rag.followup import FollowupConfig, search_query
 from localrag.rag.index import DocumentIndex
@@ -154,6 +158,8 @@ class ModelHub:
         self._drafts: dict[str, Backend] = {}
 
     def default_draft(self) -> str | None:
+        if isinstance(self.target, EndpointEngine):  # the registry pairs models loaded here
+            return None
         paired = drafts_for(self.target.model_name)
         return paired[0] if paired else None
 
@@ -187,7 +193,7 @@ class Answerer:
     the prompt and the check (the module docstring). ``indexes``: every collection's (an IndexSet),
     or one index alone (its collection is the default); None: no documents at all."""
 
-    def __init__(self, engine: Engine, indexes: IndexSet | DocumentIndex | None = None,
+    def __init__(self, engine: Engine | EndpointEngine, indexes: IndexSet | DocumentIndex | None = None,
                  models: ModelHub | None = None, config: AnswerConfig | None = None) -> None:
         self.engine = engine
         self.indexes = IndexSet.of(indexes) if isinstance(indexes, DocumentIndex) else indexes
@@ -195,6 +201,11 @@ class Answerer:
         self.config = config or AnswerConfig()
         self._aligner: EvidenceAligner | None = None
         self._runtimes: dict[tuple, object] = {}
+
+    @property
+    def remote(self) -> bool:
+        """The answer model runs on a serving engine (``EndpointEngine``), not in this process."""
+        return isinstance(self.engine, EndpointEngine)
 
     # ------------------------------------------------------------ a mode's own parts
     def runtime(self, key: tuple, make: Callable[[], T]) -> T:
@@ -228,10 +239,9 @@ class Answerer:
                                                  seconds=time.perf_counter() - t0, note=note))
 
     # ------------------------------------------------------------ prompts
-    def rag_prompt(self, question: str, hits: Sequence[Hit], history: Sequence[dict],
-                   gen: GenerationConfig) -> list[int]:
-        """The standard-RAG prompt, tokenized, fitted to the context (``fit_prompt``)."""
-        return self.fit_prompt(rag_messages(question, hits, history, self.config.instructions), gen)
+    def rag_messages(self, question: str, hits: Sequence[Hit], history: Sequence[dict]) -> list[dict]:
+        """The standard-RAG conversation with this answerer's instructions."""
+        return rag_messages(question, hits, history, self.config.instructions)
 
     def fit_prompt(self, msgs: Sequence[dict], gen: GenerationConfig) -> list[int]:
         """``msgs`` (a system turn first) tokenized, with the oldest history turns dropped until the
@@ -253,6 +263,19 @@ class Answerer:
         if room < 1:
             raise PromptTooLong(len(tokens), self.engine.backend.n_ctx)
         return tokens, gen.with_(max_tokens=min(gen.max_tokens, room))
+
+    def generate(self, messages: Sequence[dict], gen: GenerationConfig, decoder: Decoder | None = None,
+                 fit: bool = True, cancel=None) -> Generation | EndpointGeneration:
+        """The reply to ``messages``, to iterate for its pieces: here, laid out, tokenized and fitted
+        to the context (``fit``: oldest history turns dropped; else the conversation as given, or
+        PromptTooLong), decoded with ``decoder``; on a serving engine, sent as they are (the server
+        lays them out with its own template; ``cancel`` closes the stream)."""
+        if isinstance(self.engine, EndpointEngine):
+            return self.engine.chat(messages, gen, cancel=cancel)
+        if fit:
+            return self.engine.reply(self.fit_prompt(messages, gen), gen, decoder=decoder)
+        tokens, gen = self.chat_prompt(messages, gen)
+        return self.engine.reply(tokens, gen, decoder=decoder)
 
     # ------------------------------------------------------------ the check
     def evidence_aligner(self) -> EvidenceAligner:

@@ -36,8 +36,12 @@ def parse_args(argv: list[str] | None = None) -> AppConfig:
     p.add_argument("--share", action="store_true", help="create a public Gradio share link (off by default)")
     p.add_argument("--no-api", action="store_true", help="serve the page only (no /v1 API, no /mcp tools)")
     a = p.parse_args(argv)
+    try:
+        cfg = server_config(a)
+    except ValueError as exc:  # a bad --engine-url
+        p.error(str(exc))
     # a public share link never exposes the API (it goes through Gradio's own launch)
-    return replace(server_config(a), share=a.share, api=not a.no_api and not a.share)
+    return replace(cfg, share=a.share, api=not a.no_api and not a.share)
 
 
 def _step(n: int, total: int, text: str) -> float:
@@ -51,16 +55,16 @@ def main(argv: list[str] | None = None) -> int:
     # ingest removes them once staged, never in the system's temp folder shared with other apps.
     cfg.upload_temp_dir.mkdir(parents=True, exist_ok=True)
     os.environ["GRADIO_TEMP_DIR"] = str(cfg.upload_temp_dir.resolve())
-    t = _step(1, 4, f"loading model {cfg.model.model} …")
+    t = _step(1, 4, f"loading model {cfg.model.model} …" if cfg.endpoint is None
+              else f"connecting to the serving engine {cfg.endpoint.base} …")
     # Imported after the first progress line: the engine, Chroma and Gradio take ~6 s to import on
     # a 2-core machine (python -X importtime -c "import localrag.ui.layout"), and the person who
     # started the app should see at once that it is starting.
-    from localrag.app.services import Services
-    from localrag.engine import Engine
+    from localrag.app.services import Services, open_engine
 
     engine, error = None, ""
     try:
-        engine = Engine.load(cfg.model)
+        engine = open_engine(cfg)
         print(f"[localrag 1/4] model {engine.model_name} ready in {time.perf_counter() - t:.1f} s", flush=True)
     except (ModelError, OSError, RuntimeError, ValueError) as exc:
         error = str(exc)

@@ -28,6 +28,7 @@ from localrag.api.errors import ApiError
 from localrag.api.schemas import ChatRequest
 from localrag.app.services import LOAD_ERRORS, Services
 from localrag.app.serving import Ticket
+from localrag.backends.endpoint import EndpointError
 from localrag.evidence import mark_citations
 from localrag.models import ModelError, list_models
 from localrag.modes import AnswerMode, AnswerRequest
@@ -146,7 +147,7 @@ def answer_chat(services: Services, req: ChatRequest, mode: AnswerMode, ticket: 
     # starts from an empty KV cache: a prompt prefilled on top of a reused prefix takes other
     # kernels than one prefilled whole, which moves near-tied logits (measured before the
     # deterministic kernels: a 24-token grounded answer changed its 10th word on a second ask).
-    if not services.engine.backend.deterministic:
+    if not services.answerer.remote and not services.engine.backend.deterministic:
         services.engine.backend.truncate(0)
     request = _request(services, req, mode, ticket)
     if request.documents:
@@ -163,6 +164,9 @@ def answer_chat(services: Services, req: ChatRequest, mode: AnswerMode, ticket: 
                     yield item
     except PromptTooLong as exc:
         raise ApiError(400, str(exc), code="context_length_exceeded", param="messages") from None
+    except EndpointError as exc:  # the serving engine behind us: a gateway error, with its line
+        raise ApiError(504 if exc.kind == "timeout" else 502, f"the serving engine failed: {exc}",
+                       code=f"engine_{exc.kind}") from None
     if result is None:
         raise RuntimeError(f"mode {mode.id} ended without a result")
     text = result.refusal if result.refused else "".join(pieces)
@@ -173,7 +177,8 @@ def answer_chat(services: Services, req: ChatRequest, mode: AnswerMode, ticket: 
         prompt_tokens, completion_tokens, reason = gen.prompt_tokens, gen.generated_tokens, gen.stop_reason
     else:  # Grounded: the chosen draft, written by the drafter
         prompt_tokens, reason = 0, "stop"
-        completion_tokens = len(services.engine.backend.tokenize(text, add_special=False, parse_special=False))
+        completion_tokens = (len(text.split()) if services.answerer.remote  # (no tokenizer here: words)
+                             else len(services.engine.backend.tokenize(text, add_special=False, parse_special=False)))
     result.stats.waited_s = ticket.waited_s
     result.stats.total_s = time.perf_counter() - t0
     yield ChatReply(text=text, finish_reason=_finish_reason(reason), stats=result.stats, prompt_tokens=prompt_tokens,

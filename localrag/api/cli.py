@@ -22,19 +22,22 @@ def add_cli(sub) -> None:
 
 
 def cmd_serve(args) -> int:
-    cfg = server_config(args)
-    print(f"[localrag] loading model {cfg.model.model} …", flush=True)
+    try:
+        cfg = server_config(args)
+    except ValueError as exc:  # a bad --engine-url
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"[localrag] loading model {cfg.model.model} …" if cfg.endpoint is None
+          else f"[localrag] connecting to the serving engine {cfg.endpoint.base} …", flush=True)
     # Imported here, after the first line: FastAPI, uvicorn and the mcp package would add ~2 s to
     # every other `python -m localrag` command (measured on 2 cores: `python -c "import
     # localrag.__main__"` 2.6-3.3 s, with `localrag.api.app` imported too 4.7-4.9 s).
     from localrag.api.app import create_app, run
-    from localrag.app.services import Services
-    from localrag.engine import Engine
-    from localrag.models import ModelError
+    from localrag.app.services import LOAD_ERRORS, Services, open_engine
 
     try:
-        engine = Engine.load(cfg.model)
-    except (ModelError, OSError, RuntimeError, ValueError) as exc:
+        engine = open_engine(cfg)
+    except LOAD_ERRORS as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     services = Services(cfg, engine=engine)

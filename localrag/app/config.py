@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from localrag.answer import AnswerConfig
+from localrag.backends.endpoint import EndpointConfig
 from localrag.config import ModelConfig, default_data_dir, default_index_dir
 from localrag.rag.config import IndexConfig
 
@@ -23,6 +24,7 @@ class AppConfig:
     port: int = 7860
     share: bool = False
     model: ModelConfig = field(default_factory=ModelConfig)
+    endpoint: EndpointConfig | None = None  # the answer model on a serving engine instead of ``model``
     data_dir: Path = field(default_factory=default_data_dir)
     index: IndexConfig = field(default_factory=lambda: IndexConfig.from_env(index_dir=default_index_dir()))
     answer: AnswerConfig = field(default_factory=AnswerConfig)

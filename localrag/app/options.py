@@ -13,9 +13,11 @@ from dataclasses import replace
 from pathlib import Path
 
 from localrag.app.config import AppConfig
+from localrag.backends.endpoint import EndpointConfig
 from localrag.config import ModelConfig
 
 API_KEY_ENV = "LOCALRAG_API_KEY"
+ENGINE_KEY_ENV = "LOCALRAG_ENGINE_KEY"
 
 
 def add_server_args(p: argparse.ArgumentParser, default_port: int) -> None:
@@ -30,11 +32,34 @@ def add_server_args(p: argparse.ArgumentParser, default_port: int) -> None:
                    help=f"require 'Authorization: Bearer KEY' on every API and MCP call ({API_KEY_ENV})")
     p.add_argument("--max-waiting", type=int, default=AppConfig().max_waiting,
                    help="requests that may wait for the model; more are refused with 429")
+    add_endpoint_args(p)
+
+
+def add_endpoint_args(p: argparse.ArgumentParser) -> None:
+    """--engine-url/--engine-model/--engine-key: the answer model on an OpenAI-compatible server."""
+    p.add_argument("--engine-url", default=None, metavar="URL",
+                   help="answer with the model of an OpenAI-compatible server (llama-server, vLLM, Ollama, "
+                        "LM Studio: http://host:port/v1) instead of loading --model here")
+    p.add_argument("--engine-model", default="", metavar="NAME",
+                   help="the model name to ask the server for (default: the first it lists)")
+    p.add_argument("--engine-key", default=None, metavar="KEY",
+                   help=f"the server's API key ({ENGINE_KEY_ENV})")
+    p.add_argument("--engine-timeout", type=float, default=120.0, metavar="S",
+                   help="the longest wait for the server's next bytes, seconds")
+
+
+def endpoint_config(a: argparse.Namespace) -> EndpointConfig | None:
+    """The serving engine the options name (None: the model is loaded here). ValueError for a bad URL."""
+    if not a.engine_url:
+        return None
+    return EndpointConfig(a.engine_url, model=a.engine_model, api_key=a.engine_key or os.environ.get(ENGINE_KEY_ENV),
+                          timeout_s=a.engine_timeout)
 
 
 def server_config(a: argparse.Namespace) -> AppConfig:
     cfg = AppConfig(host=a.host, port=a.port, model=ModelConfig(model=a.model, n_gpu_layers=a.gpu_layers),
-                    api_key=a.api_key or os.environ.get(API_KEY_ENV) or None, max_waiting=a.max_waiting)
+                    api_key=a.api_key or os.environ.get(API_KEY_ENV) or None, max_waiting=a.max_waiting,
+                    endpoint=endpoint_config(a))
     if a.index_dir:
         cfg = replace(cfg, index=cfg.index.with_(index_dir=a.index_dir.expanduser().resolve()))
     if a.data_dir:

@@ -26,6 +26,7 @@ from localrag.app.config import AppConfig
 from localrag.app.history import ChatStore
 from localrag.app.serving import GenerationQueue, GenerationThread, QueueFull
 from localrag.backends.base import Backend
+from localrag.backends.endpoint import EndpointEngine, EndpointError
 from localrag.config import GenerationConfig, ModelConfig
 from localrag.engine import Engine
 from localrag.models import ModelError
@@ -40,6 +41,22 @@ from localrag.results import AnswerProgress, AnswerResult
 
 DEFAULT_COLLECTION = "default"
 LOAD_ERRORS = (ModelError, OSError, RuntimeError, ValueError)  # a model that fails to load says why
+# (EndpointError is a RuntimeError: a serving engine that is down or serves another model says why too)
+
+
+def open_engine(config: AppConfig) -> Engine | EndpointEngine:
+    """The answer model the config names: loaded here (``config.model``), or, with
+    ``config.endpoint``, a serving engine, checked now (it answers, and serves the model asked
+    for: EndpointError, one line, if not). Raises LOAD_ERRORS."""
+    if config.endpoint is None:
+        return Engine.load(config.model)
+    engine = EndpointEngine(config.endpoint)
+    try:
+        engine.check()
+    except EndpointError:
+        engine.close()
+        raise
+    return engine
 
 
 class Services:
@@ -115,6 +132,9 @@ class Services:
         """The header line: the model (or why none is loaded), then the index's health warning, if any."""
         if self.engine is None:
             line = f"❌ No model loaded: {self.engine_error or 'unknown error'}. Pick a model and press Load."
+        elif self.answerer.remote:
+            line = (f"Model: **{self.engine.model_name}** on the serving engine {self.engine.config.base} "
+                    "(Speedup runs in-process only; speculation there is the server's own)")
         else:
             line = f"Model: **{self.engine.model_name}**"
             if not self.engine.backend.deterministic:  # GPU layers, llama.cpp's default kernels, transformers

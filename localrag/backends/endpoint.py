@@ -278,6 +278,16 @@ class EndpointEngine:
                 self._model = served[0]
             return self._model
 
+    @property
+    def model_name(self) -> str:
+        """The model's name, as an Engine's (the name requests carry)."""
+        return self.model
+
+    @property
+    def label(self) -> str:
+        """What it is, for a person: the model on its server."""
+        return f"{self.config.model or 'the first model'} on {self.config.base}"
+
     def check(self) -> list[str]:
         """The served models, after checking the configured one is among them (kind "model" if not).
         Some servers (llama-server with one model) answer whatever name a request carries: this
@@ -292,7 +302,7 @@ class EndpointEngine:
     def request(self, messages: Sequence[Message], config: GenerationConfig | None = None, *,
                 stream: bool = True, top_logprobs: int | None = None, extra: Mapping | None = None) -> dict:
         """The JSON body of a chat completion. ``top_logprobs``: ask for each token's log-probability
-        and that many alternatives (0: the token's own only). ``extra``: server-specific fields
+        and that many alternatives (0: the token's own only, where the server honours it; llama-server returns none for 0). ``extra``: server-specific fields
         (llama-server's ``cache_prompt``, vLLM's ``min_tokens``, ...)."""
         cfg = config or GenerationConfig()
         body: dict = {"model": self.model, "messages": [dict(m) for m in messages], "max_tokens": cfg.max_tokens,

@@ -41,6 +41,8 @@ import numpy as np
 from scipy.optimize import minimize
 
 from localrag.answer import AnswerConfig, Answerer
+from localrag.app.options import add_endpoint_args, endpoint_config
+from localrag.backends.endpoint import EndpointConfig, EndpointEngine
 from localrag.bench.common import (
     QA_INSTRUCTIONS,
     AnswerCache,
@@ -272,11 +274,10 @@ class Setup:
 
 
 def setup(suite: str | None, data: str | None, split: str, n: int | None, seed: int, mode: str,
-          model: str | None, verifier: str, config: EvidenceConfig) -> Setup:
+          model: str | None, verifier: str, config: EvidenceConfig, endpoint: EndpointConfig | None = None) -> Setup:
     records = load_records(suite, data, split, n, seed)
     collection = qa_collection(f"grounding-{Path(data).stem if data else suite}-{split}", [r.qa for r in records])
-    base = ModelConfig(model=model) if model else ModelConfig()
-    engine = Engine.load(base)
+    engine = EndpointEngine(endpoint) if endpoint else Engine.load(ModelConfig(model=model) if model else ModelConfig())
     answerer = Answerer(engine, collection.index, config=AnswerConfig(instructions=QA_INSTRUCTIONS))
     return Setup(records, collection.docs, answerer, EvidenceAligner(collection.index.embedder, config=config),
                  engine.model_name, collection.key, verifier)
@@ -330,11 +331,11 @@ def score_row(s: Setup, rec: GroundingRecord, answered: AnsweredQuestion, cached
 def run_grounding(suite: str | None, data: str | None, n: int | None, seed: int = 0, split: str = "report",
                   mode: str = "plain", k: int = 5, model: str | None = None, verifier: str = "target",
                   config: EvidenceConfig | None = None, cache: bool = False, progress=None,
-                  calibrate: bool = False, out: str | None = None) -> dict:
+                  calibrate: bool = False, out: str | None = None, endpoint: EndpointConfig | None = None) -> dict:
     """Answer and align every sampled question; with ``calibrate``, fit the constants on them.
     ``out``: the summary so far is rewritten there after every question."""
     config = config or EvidenceConfig()
-    s = setup(suite, data, split, n, seed, mode, model, verifier, config)
+    s = setup(suite, data, split, n, seed, mode, model, verifier, config, endpoint)
     gen = GenerationConfig(max_tokens=32)
     store = AnswerCache(enabled=cache)
     rows, answers = [], []
@@ -377,6 +378,7 @@ def add_bench_cli(bench_subparsers) -> None:
     p.add_argument("--cache", action="store_true", help="re-use answers cached by an earlier run (and cache new ones)")
     p.add_argument("--calibrate", action="store_true", help="fit the evidence constants on these questions")
     p.add_argument("--out", default=None, help="also write the full result (every question) to this JSON file")
+    add_endpoint_args(p)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_grounding)
 
@@ -393,7 +395,7 @@ def cmd_grounding(args) -> int:
     t0 = time.perf_counter()
     result = run_grounding(args.suite, args.data, args.n, args.seed, args.split, args.mode, args.k, args.model,
                            args.verifier, cache=args.cache, progress=progress, calibrate=args.calibrate,
-                           out=args.out)
+                           out=args.out, endpoint=endpoint_config(args))
     result["seconds"] = round(time.perf_counter() - t0, 1)
     if args.out:
         write_json(args.out, result)

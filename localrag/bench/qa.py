@@ -45,6 +45,8 @@ from pathlib import Path
 import numpy as np
 
 from localrag.answer import AnswerConfig, Answerer
+from localrag.app.options import add_endpoint_args, endpoint_config
+from localrag.backends.endpoint import EndpointConfig, EndpointEngine
 from localrag.bench.common import QA_INSTRUCTIONS, fmt, output, score_answer, table, timed, write_json
 from localrag.bench.data import QA_SUITES, QARecord, qa_collection, qa_records, sample
 from localrag.config import GenerationConfig, GroundedConfig, ModelConfig
@@ -186,15 +188,16 @@ def _pct(x) -> float:
 def run_qa(suite: str | None, data: str | None, n: int | None, seed: int = 0, k: int = 5,
            model: str | None = None, verifier: str = "target", progress=None, limit: int | None = None,
            out: str | None = None, min_score: float | None = None, extractive: bool = False,
-           methods: tuple[str, ...] = RUNS, drafter: str = "auto") -> dict:
+           methods: tuple[str, ...] = RUNS, drafter: str = "auto", endpoint: EndpointConfig | None = None) -> dict:
     """Run the methods on the sample; ``limit``: evaluate only the first questions of the sample
     (the collection still holds all N questions' documents); ``out``: rewrite partial results there
     after every question; ``extractive``: drafts copied from the chunks (GroundedConfig.extractive);
-    ``methods``: which of RUNS to run."""
+    ``methods``: which of RUNS to run; ``endpoint``: the model on a serving engine (Grounded's drafts
+    are then concurrent requests)."""
     name = Path(data).stem if data else suite
     records = sample(qa_records(suite, data), n, seed)
     collection, ingest_s = timed(qa_collection, name, records)
-    engine = Engine.load(ModelConfig(model=model) if model else ModelConfig())
+    engine = EndpointEngine(endpoint) if endpoint else Engine.load(ModelConfig(model=model) if model else ModelConfig())
     cfg = GroundedConfig(extractive=extractive)
     if min_score is not None:
         cfg = cfg.with_(min_score=min_score)
@@ -262,6 +265,8 @@ def add_bench_cli(bench_subparsers) -> None:
                    help="Grounded's drafts copied from the chunks instead of written freely")
     p.add_argument("--methods", default=",".join(RUNS),
                    help=f"comma-separated subset of {','.join(RUNS)} (grounded brings its derived methods)")
+    p.add_argument("--model", default=None, help="the model (default: the app's default model)")
+    add_endpoint_args(p)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_qa)
 
@@ -285,7 +290,7 @@ def cmd_qa(args) -> int:
     result = run_qa(args.suite, args.data, args.n, args.seed, args.k, verifier=args.verifier, drafter=args.drafter,
                     progress=progress,
                     limit=args.limit, out=args.out, min_score=args.min_score, extractive=args.extractive_drafts,
-                    methods=methods)
+                    methods=methods, model=args.model, endpoint=endpoint_config(args))
     return output(result, args.json, print_qa)
 
 

@@ -6,6 +6,7 @@
     python -m localrag ask "..." --collection work --k 8
     python -m localrag ask "..." --on-unsupported refuse
     python -m localrag ask "when was it founded?" --history chat.json   # a follow-up in a conversation
+    python -m localrag ask "..." --engine-url http://127.0.0.1:8080/v1     # the model on a serving engine
 
 The modes come from the registry (``localrag.modes``), and so do their options: every option
 field of every mode is a flag (``--k``, ``--draft``, ``--drafter``, ``--verifier``, ...); a mode
@@ -25,6 +26,8 @@ import json
 import sys
 
 from localrag.answer import Answerer, unsupported_reason
+from localrag.app.options import add_endpoint_args, endpoint_config
+from localrag.backends.endpoint import EndpointEngine, EndpointError
 from localrag.cli.core import add_model_args, add_sampling_args, generation_config, model_config
 from localrag.engine import Engine
 from localrag.evidence import mark_citations
@@ -46,6 +49,7 @@ def add_cli(sub) -> None:
     p.add_argument("--index-dir", default=None, help="index folder (default: docs_index/ or LOCALRAG_INDEX_DIR)")
     add_option_args(p)
     add_model_args(p)
+    add_endpoint_args(p)
     add_sampling_args(p)
     p.add_argument("--history", default=None, metavar="FILE.json",
                    help='earlier turns, a JSON list of {"role", "content"}: the question follows up on them')
@@ -71,8 +75,14 @@ def option_values(args) -> dict[str, object]:
 
 
 def build_answerer(args) -> Answerer:
-    """The target model and the document indexes, from CLI args (the mode loads what else it needs)."""
-    engine = Engine.load(model_config(args))
+    """The target model (here, or on a serving engine) and the document indexes, from CLI args (the
+    mode loads what else it needs)."""
+    endpoint = endpoint_config(args)
+    if endpoint is not None:
+        engine = EndpointEngine(endpoint)
+        engine.check()  # the server answers and serves the model asked for (EndpointError, one line)
+    else:
+        engine = Engine.load(model_config(args))
     indexes = IndexSet(IndexConfig.from_env(collection=args.collection or "default", index_dir=args.index_dir))
     return Answerer(engine, indexes)
 
@@ -87,14 +97,14 @@ def cmd_ask(args) -> int:
         ok, why = mode.available(answerer)
         if not ok:
             raise ValueError(f"{mode.label} is unavailable: {why}")
-    except (ModelError, ValueError) as exc:  # HistoryError is a ValueError
+    except (ModelError, ValueError, EndpointError) as exc:  # HistoryError is a ValueError
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if not args.json and sys.stderr.isatty():
         print("answering… (the answer is printed once it is checked against your documents)", file=sys.stderr)
     try:
         result = mode.answer(answerer, request)
-    except (RuntimeError, ModelError, OSError) as exc:
+    except (RuntimeError, ModelError, OSError) as exc:  # EndpointError (a server that failed) included
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if args.json:

@@ -103,16 +103,21 @@ class SpanCopy:
                      if self.sources[s][p] == token and p + 1 < len(self.sources[s])]
 
 
-def draft_prompt(engine: Engine, question: str, chunks: Sequence[str], cfg: GroundedConfig) -> list[int]:
-    """Drafter prompt tokens: instructions, a one-shot example (if configured), this subset's
-    chunks, the question, then "Rationale:"."""
+def draft_messages(question: str, chunks: Sequence[str], cfg: GroundedConfig) -> list[dict]:
+    """The drafter's conversation: instructions, a one-shot example (if configured) that shows the
+    "Rationale: ...\nAnswer: ..." form, then this subset's chunks and the question."""
     msgs = [{"role": "system", "content": cfg.drafter_prompt}]
     if cfg.drafter_example:
         doc, q, rationale, answer = cfg.drafter_example
         msgs += [{"role": "user", "content": _user_turn([doc], q)},
                  {"role": "assistant", "content": f"Rationale: {rationale}\nAnswer: {answer}"}]
     msgs.append({"role": "user", "content": _user_turn(chunks, question)})
-    return engine.encode_prompt(engine.prompt.render(msgs) + "Rationale:")
+    return msgs
+
+
+def draft_prompt(engine: Engine, question: str, chunks: Sequence[str], cfg: GroundedConfig) -> list[int]:
+    """Drafter prompt tokens: ``draft_messages`` laid out, then "Rationale:" (the draft starts there)."""
+    return engine.encode_prompt(engine.prompt.render(draft_messages(question, chunks, cfg)) + "Rationale:")
 
 
 def chunk_tokens(engine: Engine, chunks: Sequence[str]) -> list[list[int]]:

@@ -31,7 +31,7 @@ The scores and their normalisation: ``localrag.grounded.scoring``. ``stream`` yi
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 
 import numpy as np
 
@@ -132,29 +132,7 @@ class GroundedPipeline:
             subsets = random_subsets(len(hits), cfg.k, cfg.m, cfg.seed)
         subsets = shared_prefix_order(subsets)
         gs.cluster_s = time.perf_counter() - t
-        t = time.perf_counter()
-        texts = [[hits[i].text for i in sub] for sub in subsets]
-        prompts = [draft_prompt(self.drafter, question, chunks, cfg) for chunks in texts]
-        sources = [chunk_tokens(self.drafter, chunks) for chunks in texts] if cfg.extractive else None
-        toks = yield from draft_steps(self.drafter.backend, prompts, cfg, sources=sources,
-                                      max_answer_tokens=gen.max_tokens, repetition=gen.repetition)
-        gs.draft_s = time.perf_counter() - t
-        yield AnswerProgress("verifying")
-        t = time.perf_counter()
-        rationales = [d.shown_rationale for d in toks]
-        scores = None
-        if cfg.use_verifier:
-            scores = score_drafts(self.verifier.backend, question,
-                                  [(d.answer_text, r) for d, r in zip(toks, rationales, strict=True)], cfg)
-        gs.verify_s = time.perf_counter() - t
-        drafts = [GroundedDraft(answer=short_answer(d.answer_text), rationale=rationale,
-                                citations=[Citation.from_hit(hits[i]) for i in sub], draft_logprob=d.logprob,
-                                consistency=scores[j].consistency if scores else 0.0,
-                                reflection=scores[j].reflection if scores else 0.0,
-                                score=combined_score(d, scores[j] if scores else None), n_draft_tokens=d.n_tokens,
-                                n_verify_tokens=scores[j].n_tokens if scores else 0, subset=tuple(sub),
-                                dropped=dropped_because(d, gen.max_tokens))
-                  for j, (d, sub, rationale) in enumerate(zip(toks, subsets, rationales, strict=True))]
+        drafts = yield from self.write_and_score(question, hits, subsets, cfg, gen, gs)
         drafts.sort(key=lambda d: d.score, reverse=True)
         best, passed = select(drafts, cfg)
         gs.drafts, gs.n_drafts, gs.draft_tokens = drafts, len(drafts), sum(d.n_draft_tokens for d in drafts)
@@ -176,6 +154,35 @@ class GroundedPipeline:
         stats.total_s = time.perf_counter() - t0
         yield AnswerResult(text=text, mode=self.mode, citations=citations, supported=passed and evidence.supported,
                            extras=gs, stats=stats, searched=searched, also_searched=also, evidence=evidence)
+
+    def write_and_score(self, question: str, hits: Sequence[Hit], subsets: Sequence[Sequence[int]],
+                        cfg: GroundedConfig, gen: GenerationConfig,
+                        gs: GroundedExtras) -> Generator[AnswerProgress, None, list[GroundedDraft]]:
+        """Write a draft per subset (every draft one KV sequence of one llama.cpp batch), score them
+        with the verifier in one pass, and time both phases into ``gs``; yields the progress."""
+        t = time.perf_counter()
+        texts = [[hits[i].text for i in sub] for sub in subsets]
+        prompts = [draft_prompt(self.drafter, question, chunks, cfg) for chunks in texts]
+        sources = [chunk_tokens(self.drafter, chunks) for chunks in texts] if cfg.extractive else None
+        toks = yield from draft_steps(self.drafter.backend, prompts, cfg, sources=sources,
+                                      max_answer_tokens=gen.max_tokens, repetition=gen.repetition)
+        gs.draft_s = time.perf_counter() - t
+        yield AnswerProgress("verifying")
+        t = time.perf_counter()
+        rationales = [d.shown_rationale for d in toks]
+        scores = None
+        if cfg.use_verifier:
+            scores = score_drafts(self.verifier.backend, question,
+                                  [(d.answer_text, r) for d, r in zip(toks, rationales, strict=True)], cfg)
+        gs.verify_s = time.perf_counter() - t
+        return [GroundedDraft(answer=short_answer(d.answer_text), rationale=rationale,
+                              citations=[Citation.from_hit(hits[i]) for i in sub], draft_logprob=d.logprob,
+                              consistency=scores[j].consistency if scores else 0.0,
+                              reflection=scores[j].reflection if scores else 0.0,
+                              score=combined_score(d, scores[j] if scores else None), n_draft_tokens=d.n_tokens,
+                              n_verify_tokens=scores[j].n_tokens if scores else 0, subset=tuple(sub),
+                              dropped=dropped_because(d, gen.max_tokens))
+                for j, (d, sub, rationale) in enumerate(zip(toks, subsets, rationales, strict=True))]
 
     def _unsupported(self, searched: str, extras: GroundedExtras, stats: AnswerStats, why: str) -> AnswerResult:
         """No answer to show: nothing relevant was retrieved, or every draft declined."""

@@ -3,7 +3,8 @@ the larger verifier scores them; the best draft, checked against the chunks it w
 with the chunks its evidence cites, or an honest "your documents do not support an answer" (its
 default: refuse rather than warn). The paper's split: a specialist drafter, a generalist verifier.
 By default the drafter is the registry's draft model for the loaded target (the 0.5B for the Qwen
-1.5B; one vocabulary) and the verifier is the loaded target itself."""
+1.5B; one vocabulary) and the verifier is the loaded target itself. On a serving engine, the drafts
+are concurrent requests to it and the verifier's scores are what it returns (``grounded.remote``)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from localrag.config import ModelConfig
 from localrag.engine import Engine
 from localrag.grounded import GroundedPipeline, drafter_problem
 from localrag.grounded.extras import GroundedExtras
+from localrag.grounded.remote import RemoteGroundedPipeline
 from localrag.modes.base import AnswerMode, AnswerRequest, ModeOptions, option
 from localrag.results import AnswerProgress, AnswerResult
 
@@ -51,6 +53,8 @@ class GroundedMode(AnswerMode):
     def available(self, answerer: Answerer | None) -> tuple[bool, str]:
         if answerer is None:
             return False, "no model is loaded"
+        if answerer.remote:  # the drafts become concurrent requests (grounded.remote)
+            return True, ""
         why = drafter_problem(answerer.engine)
         return (False, why) if why else (True, "")
 
@@ -58,7 +62,12 @@ class GroundedMode(AnswerMode):
         return "" if request.documents else "Grounded mode answers from documents: give a collection"
 
     def pipeline(self, answerer: Answerer, opts: GroundedOptions) -> GroundedPipeline:
-        """The pipeline of (drafter, verifier, settings), made once per answerer."""
+        """The pipeline of (drafter, verifier, settings), made once per answerer. On a serving engine
+        both are the endpoint's model, and the drafts are concurrent requests."""
+        if answerer.remote:
+            cfg = answerer.config.grounded.with_(n=opts.n, k=opts.clusters, m=opts.drafts)
+            return answerer.runtime((self.id, "endpoint", cfg), lambda: RemoteGroundedPipeline(
+                answerer.engine, cfg, aligner=answerer.evidence_aligner()))
         drafter = self._engine(answerer, opts.drafter, answerer.models.default_draft() if opts.drafter == AUTO else None)
         verifier = self._engine(answerer, opts.verifier, None, verify=True)
         cfg = answerer.config.grounded.with_(n=opts.n, k=opts.clusters, m=opts.drafts)

@@ -10,7 +10,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from localrag.answer import Answerer, Found, checked_result
-from localrag.config import GenerationConfig
 from localrag.generation import Decoder, Generation
 from localrag.modes.base import AnswerMode, AnswerRequest, ModeOptions, option
 from localrag.results import AnswerResult, AnswerStats, CopiedSpan, SearchStats
@@ -30,11 +29,10 @@ class PlainOptions(ModeOptions):
 
 @dataclass
 class Prepared:
-    """What an answer is decoded from: the prompt's tokens, the limits, the chunks (and how they
-    were found), the decoder (made in ``setup_s``) and what choosing it left to say."""
+    """What an answer is written from: the conversation, the chunks (and how they were found), the
+    decoder (made in ``setup_s``) and what choosing it left to say."""
 
-    prompt: list[int]
-    gen: GenerationConfig
+    messages: list[dict]
     found: Found
     decoder: Decoder | None
     notes: list[str]
@@ -56,23 +54,24 @@ class PlainMode(AnswerMode):
         return []
 
     def prepare(self, answerer: Answerer, request: AnswerRequest) -> Prepared:
-        if not request.documents:  # chat on the client's own conversation (PromptTooLong if it cannot fit)
+        if not request.documents:  # chat on the client's own conversation, as given
             msgs = [*request.history, {"role": "user", "content": request.question}]
-            prompt, gen = answerer.chat_prompt(msgs, request.gen)
             found = Found([], "no collection: answered from the conversation", SearchStats(note="no collection"))
         else:
             opts = self.options_of(request)
             query = answerer.search_query(request.question, request.history)
             found = answerer.search(query, opts.k, request.collection)
-            prompt, gen = answerer.rag_prompt(request.question, found.hits, request.history, request.gen), request.gen
+            msgs = answerer.rag_messages(request.question, found.hits, request.history)
         t0 = time.perf_counter()
         decoder, notes = self.decoder(answerer, request, found)
-        return Prepared(prompt, gen, found, decoder, notes, time.perf_counter() - t0)
+        return Prepared(msgs, found, decoder, notes, time.perf_counter() - t0)
 
     def stream(self, answerer: Answerer, request: AnswerRequest) -> Iterator[str | AnswerResult]:
         t0 = time.perf_counter()
         ready = self.prepare(answerer, request)
-        generation = answerer.engine.reply(ready.prompt, ready.gen, decoder=ready.decoder)
+        # without documents the client's conversation is kept whole (PromptTooLong if it cannot fit)
+        generation = answerer.generate(ready.messages, request.gen, ready.decoder, fit=request.documents,
+                                       cancel=request.cancel)
         pieces = iter(generation)
         for piece in pieces:
             yield piece

@@ -38,6 +38,12 @@ class SpeedupMode(PlainMode):
     summary = "Plain's answer, faster: retrieval + draft-model token trees verified losslessly"
     options_type = SpeedupOptions
 
+    def available(self, answerer: Answerer | None) -> tuple[bool, str]:
+        if answerer is not None and answerer.remote:
+            return False, ("Speedup runs in this process only: on a serving engine, speculation is the "
+                           "server's own (vLLM's and llama-server's speculative decoding)")
+        return super().available(answerer)
+
     def draft_name(self, answerer: Answerer, request: AnswerRequest) -> str | None:
         """The draft model this request asks for (None: retrieval only)."""
         name = self.options_of(request).draft

@@ -80,7 +80,7 @@ def test_plain_and_speedup_get_the_same_evidence_for_the_same_text(index, drafte
         request = AnswerRequest(question, gen=GEN, options=get_mode("speedup").options({"k": 2}))
         plain = get_mode("plain").answer(answerer, request)
         speedup = get_mode("speedup").answer(answerer, request)
-        assert speedup.mode == "rasd" and speedup.stats.generation.decoder is not None
+        assert speedup.mode == "speedup" and speedup.stats.generation.decoder is not None
         assert [c.chunk_id for c in speedup.citations] == [c.chunk_id for c in plain.citations]
         text = plain.text
         from_plain = aligner.align(text, plain.citations, question=question)
