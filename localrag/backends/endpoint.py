@@ -302,8 +302,9 @@ class EndpointEngine:
     def request(self, messages: Sequence[Message], config: GenerationConfig | None = None, *,
                 stream: bool = True, top_logprobs: int | None = None, extra: Mapping | None = None) -> dict:
         """The JSON body of a chat completion. ``top_logprobs``: ask for each token's log-probability
-        and that many alternatives (0: the token's own only, where the server honours it; llama-server returns none for 0). ``extra``: server-specific fields
-        (llama-server's ``cache_prompt``, vLLM's ``min_tokens``, ...)."""
+        and that many alternatives (0: the token's own only, where the server honours it;
+        llama-server returns none for 0). ``extra``: server-specific fields (llama-server's
+        ``cache_prompt``, vLLM's ``min_tokens``, ...)."""
         cfg = config or GenerationConfig()
         body: dict = {"model": self.model, "messages": [dict(m) for m in messages], "max_tokens": cfg.max_tokens,
                       "temperature": cfg.temperature, "stream": stream}
