@@ -125,9 +125,8 @@ def answer_with(s: Study, variant: PromptVariant, question: str, gen: Generation
     answered = cache.get(key)
     if answered is None:
         t0 = time.perf_counter()
-        got = s.answerer.retrieve(question, variant.k)
-        msgs = s.answerer.fit_messages(variant.messages(question, got.hits), gen)
-        text = s.answerer.engine.chat(msgs, gen).run().text.strip()
+        got = s.answerer.search(question, variant.k)
+        text = s.answerer.generate(variant.messages(question, got.hits), gen).run().text.strip()
         answered = AnsweredQuestion(text, tuple(got.hits), is_refusal(answer_phrase(text)), time.perf_counter() - t0)
         cache.put(key, answered)
     n_tokens = len(s.answerer.engine.backend.tokenize(answered.text, add_special=False)) if answered.text else 0

@@ -139,3 +139,23 @@ def test_bench_grounding_runs_end_to_end(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "localrag", "bench", "grounding", "--data", str(path), "--calibrate"],
                          capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and "calibrate on --split calibration" in bad.stderr
+
+
+@pytest.mark.slow
+def test_bench_prompts_answers_every_variant_on_the_same_questions(tmp_path):
+    """bench prompts end to end on the small model: two variants, interleaved, on the same two
+    calibration questions, each scored, with the whole table's keys."""
+    out = subprocess.run([sys.executable, "-m", "localrag", "bench", "prompts", "--suite", "squad", "--n", "2",
+                          "--variants", "short,short-k3", "--max-tokens", "16", "--model", "smollm2-135m-instruct",
+                          "--json", "--out", str(tmp_path / "full.json")],
+                         capture_output=True, text=True, timeout=900,
+                         env={**__import__("os").environ, "LOCALRAG_CACHE_DIR": str(tmp_path / "cache")})
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout)
+    assert result["split"] == "calibration" and set(result["variants"]) == {"short", "short-k3"}
+    assert result["variants"]["short"]["k"] == 5 and result["variants"]["short-k3"]["k"] == 3
+    for v in result["variants"].values():
+        assert v["questions"] == 2 and v["latency_median_s"] > 0 and v["answer_tokens_mean"] is not None
+    rows = json.loads((tmp_path / "full.json").read_text())["rows"]
+    assert [r["variant"] for r in rows] == ["short", "short-k3"] * 2  # interleaved per question
+    assert rows[0]["question"] == rows[1]["question"] != rows[2]["question"]
