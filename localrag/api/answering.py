@@ -62,11 +62,27 @@ class Grounding:
                    unsupported_answer=result.text if result.refused else None, on_unsupported=result.on_unsupported)
 
     def to_dict(self) -> dict:
-        return {"citations": [c.to_dict() for c in self.citations],
+        return {"citations": [{**c.to_dict(), "spans": self.spans_in(c)} for c in self.citations],
                 "also_searched": [c.to_dict() for c in self.also_searched], "supported": self.supported,
                 "refused": self.refused, "on_unsupported": self.on_unsupported, "searched": self.searched,
                 "answer_with_citations": self.answer_with_citations, "unsupported_answer": self.unsupported_answer,
                 "evidence": self.evidence.to_dict() if self.evidence is not None else None}
+
+    def spans_in(self, citation: Citation) -> list[dict]:
+        """The passages of ``citation``'s chunk that support the answer: character offsets
+        [start, end) in its ``text`` (overlapping ones merged, in order) and their text, so a client
+        can highlight them on the chunk's ``page`` (or lines) as the page does."""
+        if self.evidence is None:
+            return []
+        ranges = sorted((sp.start, sp.end) for s in self.evidence.sentences for sp in s.spans
+                        if sp.chunk_id == citation.chunk_id)
+        merged: list[list[int]] = []
+        for start, end in ranges:
+            if merged and start <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], end)
+            else:
+                merged.append([start, end])
+        return [{"start": a, "end": b, "text": citation.text[a:b]} for a, b in merged]
 
 
 @dataclass

@@ -22,6 +22,10 @@ from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from openai import OpenAI
 
+from localrag.api.answering import Grounding
+from localrag.evidence import EvidenceAligner
+from localrag.rag.records import Hit
+from localrag.results import Citation
 from tests.api.conftest import MODEL
 
 pytestmark = pytest.mark.slow
@@ -87,6 +91,22 @@ def test_messages_over_the_context_are_refused_before_generating(server):
     assert caught.value.body["code"] == "context_length_exceeded" and "4096" in caught.value.body["message"]
 
 
+def test_a_citations_spans_are_its_supporting_passages_merged():
+    """Two sentences supported by overlapping passages of one PDF chunk: the citation carries its
+    page and one merged span, in the chunk's own character offsets."""
+    text = "The Zephyr telescope was assembled in Quillfield in 2019. Its mirror was polished by Marta Ilves."
+    hit = Hit("a", text, "/docs/zephyr.pdf", 4, None, None, (), 0.9, 3.0, 1.0)
+    answer = "The Zephyr telescope was assembled in Quillfield. It was assembled in Quillfield in 2019."
+    evidence = EvidenceAligner().align(answer, [hit])
+    assert all(s.supported for s in evidence.sentences)
+    grounding = Grounding([Citation.from_hit(hit)], evidence.supported, "", evidence)
+    [cited] = grounding.to_dict()["citations"]
+    ranges = sorted((sp.start, sp.end) for s in evidence.sentences for sp in s.spans)
+    assert len(ranges) >= 2 and cited["page"] == 4
+    assert [(s["start"], s["end"]) for s in cited["spans"]] == [(ranges[0][0], max(e for _, e in ranges))]
+    assert cited["spans"][0]["text"].startswith("The Zephyr telescope was assembled in Quillfield")
+
+
 def test_a_grounded_answer_carries_its_citations(server):
     c = client(server)
     question = [{"role": "user", "content": "Where was the Zephyr telescope assembled?"}]
@@ -105,6 +125,12 @@ def test_a_grounded_answer_carries_its_citations(server):
         for span in sentence["spans"]:
             chunk = next(c for c in grounding["citations"] if c["chunk_id"] == span["chunk_id"])
             assert 0 <= span["start"] < span["end"] <= len(chunk["text"])
+    first = grounding["citations"][0]  # where it is and what of it supports the answer, to highlight
+    assert "page" in first and first["spans"] and all(s["text"] == first["text"][s["start"]:s["end"]]
+                                                      for s in first["spans"])
+    assert [(s["start"], s["end"]) for s in first["spans"]] == sorted({
+        (sp["start"], sp["end"]) for s in evidence["sentences"] for sp in s["spans"]
+        if sp["chunk_id"] == first["chunk_id"]})  # (one sentence here: nothing to merge)
     assert "[1]" in grounding["answer_with_citations"]
     assert grounding["answer_with_citations"].replace("[1]", "") == content.strip()
     assert 'collection "docs"' in grounding["searched"]
