@@ -50,6 +50,8 @@ from localrag.results import (
 )
 
 T = TypeVar("T")
+# how many earlier turns a follow-up's source order looks back through (``Answerer.find``)
+ORDER_TURNS = 4
 CONTEXT_MARGIN = 8  # tokens kept free at the end of the context
 RAG_INSTRUCTIONS = (
     "Answer the question using only the numbered sources below. Be brief and specific. "
@@ -69,6 +71,13 @@ class PromptTooLong(ValueError):
 def sources_block(hits: Sequence[Hit]) -> str:
     """Numbered sources for a prompt: ``[1] (label) text``."""
     return "\n\n".join(f"[{i}] ({h.citation()}) {h.text.strip()}" for i, h in enumerate(hits, start=1))
+
+
+def in_order(hits: Sequence[Hit], before: Sequence[str]) -> list[Hit]:
+    """``hits`` with those listed in ``before`` (chunk ids) first, in that order, then the rest as they were."""
+    rank = {chunk_id: i for i, chunk_id in enumerate(before)}
+    kept = sorted((h for h in hits if h.chunk_id in rank), key=lambda h: rank[h.chunk_id])
+    return kept + [h for h in hits if h.chunk_id not in rank]
 
 
 def rag_messages(question: str, hits: Sequence[Hit], history: Sequence[dict],
@@ -237,6 +246,32 @@ class Answerer:
         note = "" if hits else "the index is empty or nothing matched; answered without documents"
         return Found(hits, searched, SearchStats(query=query, collection=name, k=k, n_chunks=len(hits),
                                                  seconds=time.perf_counter() - t0, note=note))
+
+    def find(self, question: str, history: Sequence[dict], k: int, collection: str | None = None) -> Found:
+        """The top ``k`` chunks for ``question`` asked after ``history``, in the order the prompt
+        lists them. A first question's are in relevance order. A follow-up's keep the order of the
+        previous turn's prompt for the chunks they share with it (first, as they were), then the new
+        ones by relevance: when a follow-up or a Regenerate finds the same chunks, its prompt starts
+        with the previous turn's prompt and answer token for token, and only the new question is
+        read (``backend_sync`` keeps the longest common prefix in the KV cache; the batch-invariant
+        kernels make that exact). The order is a function of the conversation and the index alone
+        (the earlier turns' searches are re-run, up to ORDER_TURNS back), never of what this
+        process answered before, so the same conversation always gets the same prompt."""
+        found = self.search(self.search_query(question, history), k, collection)
+        before = self._prompt_order(history, k, collection, ORDER_TURNS)
+        if before:
+            found.hits = in_order(found.hits, before)
+        return found
+
+    def _prompt_order(self, history: Sequence[dict], k: int, collection: str | None, depth: int) -> list[str]:
+        """The chunk ids the prompt of the last question in ``history`` listed, in its order."""
+        asked = [i for i, m in enumerate(history) if m.get("role") == "user"]
+        if not asked or depth == 0 or self.index_for(collection) is None:
+            return []
+        last = asked[-1]
+        earlier = history[:last]
+        hits = self.search(self.search_query(history[last]["content"], earlier), k, collection).hits
+        return [h.chunk_id for h in in_order(hits, self._prompt_order(earlier, k, collection, depth - 1))]
 
     # ------------------------------------------------------------ prompts
     def rag_messages(self, question: str, hits: Sequence[Hit], history: Sequence[dict]) -> list[dict]:

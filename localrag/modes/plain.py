@@ -59,8 +59,7 @@ class PlainMode(AnswerMode):
             found = Found([], "no collection: answered from the conversation", SearchStats(note="no collection"))
         else:
             opts = self.options_of(request)
-            query = answerer.search_query(request.question, request.history)
-            found = answerer.search(query, opts.k, request.collection)
+            found = answerer.find(request.question, request.history, opts.k, request.collection)
             msgs = answerer.rag_messages(request.question, found.hits, request.history)
         t0 = time.perf_counter()
         decoder, notes = self.decoder(answerer, request, found)
