@@ -15,9 +15,11 @@ from localrag.bench import (
     repetition,
     search,
     speed,
+    ttft,
 )
 
-SUITES = (plain, kernels, ingest, ingest_pipeline, search, followup, speed, qa, grounding, prompts, repetition, api)
+SUITES = (plain, kernels, ingest, ingest_pipeline, search, followup, speed, qa, grounding, prompts, repetition, api,
+          ttft)
 
 
 def add_cli(subparsers) -> None:

@@ -1,0 +1,129 @@
+"""``bench ttft``: how soon the first words come, for a question read from an empty cache and for
+the turns that reuse its prompt.
+
+    python -m localrag bench ttft [--model NAME] [--n 5] [--k 5] [--max-tokens 32] [--json]
+
+Plain mode through the answer layer (``Answerer.find``, ``rag_messages``, ``generate``) on
+``bench qa``'s SQuAD collection (report split, seed 0). Per question, in this order:
+
+    question    a k-chunk question, the KV cache emptied first: the whole prompt is read
+    follow-up   "Why is that?" after it (its search carries the question's key terms, so it
+                finds the same chunks, and ``Answerer.find`` keeps their order): only the new
+                turn is read, the rest comes from the cache
+    regenerate  the follow-up asked again: all of its prompt but the last token from the cache
+
+Per kind: median time to first token (the request to the first piece of text, as the page shows
+it), prompt tokens read and reused, prefill tokens/s (tokens read / prefill seconds) and decode
+tokens/s. One process, one model: the three kinds of one question run back to back.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass
+
+from localrag.answer import AnswerConfig, Answerer
+from localrag.bench.common import QA_INSTRUCTIONS, fmt, output, table
+from localrag.bench.data import load_records, qa_collection
+from localrag.config import GenerationConfig, ModelConfig
+from localrag.engine import Engine
+from localrag.modes import AnswerRequest, get_mode
+
+FOLLOWUP = "Why is that?"
+KINDS = ("question", "follow-up", "regenerate")
+
+
+@dataclass(frozen=True)
+class FirstWords:
+    kind: str
+    ttft_s: float
+    read_tokens: int  # prompt tokens prefilled
+    reused_tokens: int  # prompt tokens taken from the KV cache
+    prefill_tps: float
+    decode_tps: float
+    same_chunks: bool  # the turn's chunks are the question's (follow-up, regenerate)
+
+
+def first_words(answerer: Answerer, request: AnswerRequest, kind: str, same_chunks: bool) -> tuple[FirstWords, str]:
+    """One answer, timed to its first piece; (its figures, its text)."""
+    t0 = time.perf_counter()
+    ttft = None
+    result = None
+    for item in get_mode("plain").stream(answerer, request):
+        if isinstance(item, str) and ttft is None and item.strip():
+            ttft = time.perf_counter() - t0
+        elif not isinstance(item, str):
+            result = item
+    g = result.stats.generation
+    read = g.prompt_tokens - g.reused_prompt_tokens
+    return FirstWords(kind, ttft if ttft is not None else float("nan"), read, g.reused_prompt_tokens,
+                      read / g.prefill_seconds if g.prefill_seconds else 0.0, g.decode_tps, same_chunks), result.text
+
+
+def run_ttft(model: str | None, n: int, k: int, max_tokens: int, progress=None) -> dict:
+    records = load_records("squad", None, "report", n, 0)
+    collection = qa_collection("grounding-squad-report", [r.qa for r in records])
+    engine = Engine.load(ModelConfig(model=model) if model else ModelConfig())
+    answerer = Answerer(engine, collection.index, config=AnswerConfig(instructions=QA_INSTRUCTIONS))
+    gen = GenerationConfig(max_tokens=max_tokens)
+    opts = get_mode("plain").options({"k": k})
+    rows: list[FirstWords] = []
+    for i, rec in enumerate(records):
+        engine.backend.reset()
+        q = rec.qa.question
+        first, text = first_words(answerer, AnswerRequest(q, gen=gen, options=opts), "question", True)
+        history = [{"role": "user", "content": q}, {"role": "assistant", "content": text}]
+        follow = AnswerRequest(FOLLOWUP, history=history, gen=gen, options=opts)
+        same = [h.chunk_id for h in answerer.find(FOLLOWUP, history, k).hits] == \
+            [h.chunk_id for h in answerer.find(q, [], k).hits]
+        got = [first, first_words(answerer, follow, "follow-up", same)[0],
+               first_words(answerer, follow, "regenerate", same)[0]]
+        rows += got
+        if progress:
+            progress(i + 1, len(records), got)
+    return {"model": engine.model_name, "n": len(records), "k": k, "max_tokens": max_tokens,
+            "threads": engine.backend.n_threads, "kinds": {kind: summarize([r for r in rows if r.kind == kind])
+                                                           for kind in KINDS},
+            "rows": [asdict(r) for r in rows]}
+
+
+def summarize(rows: list[FirstWords]) -> dict:
+    def med(values):
+        values = [v for v in values if v == v]  # (no NaN: an answer with no text has no first word)
+        return round(statistics.median(values), 3) if values else None
+
+    return {"ttft_s": med(r.ttft_s for r in rows), "read_tokens": med(r.read_tokens for r in rows),
+            "reused_tokens": med(r.reused_tokens for r in rows), "prefill_tps": med(r.prefill_tps for r in rows),
+            "decode_tps": med(r.decode_tps for r in rows), "same_chunks": sum(r.same_chunks for r in rows),
+            "turns": len(rows)}
+
+
+def add_bench_cli(sub) -> None:
+    p = sub.add_parser("ttft", help="time to first token: a question from an empty cache, a follow-up and a "
+                                    "Regenerate reusing its prompt")
+    p.add_argument("--model", default=None)
+    p.add_argument("--n", type=int, default=5, help="questions")
+    p.add_argument("--k", type=int, default=5, help="chunks per prompt")
+    p.add_argument("--max-tokens", type=int, default=32)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_ttft)
+
+
+def cmd_ttft(args) -> int:
+    def progress(i, total, rows):
+        print(f"[{i}/{total}] " + " | ".join(f"{r.kind}: {r.ttft_s:.2f} s ({r.read_tokens} read)" for r in rows),
+              file=sys.stderr)
+
+    result = run_ttft(args.model, args.n, args.k, args.max_tokens, progress)
+    return output({k: v for k, v in result.items() if k != "rows"}, args.json, print_ttft)
+
+
+def print_ttft(result: dict) -> None:
+    print(f"{result['model']}, {result['n']} SQuAD questions, k={result['k']}, {result['threads']} threads")
+    columns = [("turn", 10), ("first tok s", 11), ("read", 5), ("reused", 6), ("prefill t/s", 11),
+               ("decode t/s", 10), ("same chunks", 11)]
+    print(table(columns, [[kind, fmt(v["ttft_s"], ".2f"), v["read_tokens"], v["reused_tokens"],
+                           fmt(v["prefill_tps"], ".1f"), fmt(v["decode_tps"], ".1f"),
+                           f"{v['same_chunks']}/{v['turns']}"] for kind, v in result["kinds"].items()]))
