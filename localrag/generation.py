@@ -26,6 +26,8 @@ from localrag.config import GenerationConfig
 from localrag.repetition import RepetitionGuard
 from localrag.results import GenerationStats, RasdStats
 
+READ_STEP = 128  # prompt tokens per piece while ``Generation.read`` reports progress
+
 
 class Sampler:
     """Turns logits into the next token: argmax when greedy, else seeded sampling.
@@ -176,6 +178,25 @@ class Generation:
         self._guard = RepetitionGuard(config.repetition) if config.repetition is not None else None
         self._written = ""  # the assembler's output so far (stop strings cut)
         self._text = ""  # the part of it released to the reader
+        self._logits: np.ndarray | None = None  # after the prompt, once ``read`` has read it
+
+    def read(self) -> Iterator[tuple[int, int]]:
+        """Read the prompt into the KV cache (what iterating does first), in pieces, yielding
+        (tokens read, tokens to read) after each piece, so a caller can show how far a long prompt
+        has got. The longest common prefix with the cache is kept, as ever. Pieces of READ_STEP
+        tokens where the backend is batch-invariant (the same logits however the prompt is cut),
+        else of its ``n_batch``, the pieces its own prefill makes: the same answer either way."""
+        be, stats = self.backend, self.stats
+        t0 = time.perf_counter()
+        reused = common_prefix(be.tokens, self.prompt_tokens)
+        be.truncate(reused)
+        stats.reused_prompt_tokens = reused
+        todo = self.prompt_tokens[reused:]
+        step = READ_STEP if be.deterministic else be.n_batch
+        for start in range(0, len(todo), step):
+            self._logits = be.prefill(todo[start:start + step])
+            yield min(start + step, len(todo)), len(todo)
+        stats.prefill_seconds = time.perf_counter() - t0
 
     @property
     def text(self) -> str:
@@ -189,11 +210,14 @@ class Generation:
 
     def __iter__(self) -> Iterator[str]:
         be, cfg, stats = self.backend, self.config, self.stats
+        if self._logits is None:
+            for _ in self.read():
+                pass
+        logits = self._logits
         t0 = time.perf_counter()
-        logits = backend_sync(be, self.prompt_tokens, stats)
         self.decoder.prefill(self.prompt_tokens)
         t1 = time.perf_counter()
-        stats.prefill_seconds = t1 - t0
+        stats.prefill_seconds += t1 - t0
         self.decoder.set_limit(cfg.max_tokens)
         steps = self.decoder.steps(be, self.prompt_tokens, logits, Sampler(cfg))
         stats.stop_reason = "length"
@@ -249,16 +273,21 @@ class Generation:
         return self
 
 
-def backend_sync(backend: Backend, prompt: list[int], stats: GenerationStats | None = None) -> np.ndarray:
-    """Make the committed context equal `prompt`, reusing the longest common prefix
-    already in the KV cache (chat turns), and return the logits after it."""
-    history = backend.tokens
+def common_prefix(cached: Sequence[int], prompt: Sequence[int]) -> int:
+    """How many leading tokens of ``prompt`` the cache already holds, at most all but the last (it
+    is always evaluated, for fresh logits)."""
     common = 0
-    for a, b in zip(history, prompt, strict=False):
+    for a, b in zip(cached, prompt, strict=False):
         if a != b:
             break
         common += 1
-    common = min(common, len(prompt) - 1)  # always evaluate >= 1 token to get fresh logits
+    return min(common, len(prompt) - 1)
+
+
+def backend_sync(backend: Backend, prompt: list[int], stats: GenerationStats | None = None) -> np.ndarray:
+    """Make the committed context equal `prompt`, reusing the longest common prefix
+    already in the KV cache (chat turns), and return the logits after it."""
+    common = common_prefix(backend.tokens, prompt)
     backend.truncate(common)
     if stats is not None:
         stats.reused_prompt_tokens = common

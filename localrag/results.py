@@ -445,13 +445,16 @@ class AnswerProgress:
     pieces (Grounded: searching, drafting 2 of 5, verifying). A consumer that wants only the text
     keeps the ``str`` items and the final ``AnswerResult``, and skips everything else."""
 
-    stage: str  # "searching" | "drafting" | "verifying"
-    done: int = 0  # drafting: drafts finished
-    total: int = 0  # drafting: drafts being written
+    stage: str  # "searching" | "reading" (the prompt; "reading the conversation" without documents) | "drafting" | "verifying"
+    done: int = 0  # drafting: drafts finished; reading: prompt tokens read
+    total: int = 0  # drafting: drafts being written; reading: prompt tokens to read
 
     @property
     def message(self) -> str:
         """In words, for a pending answer: "Drafting answers: 2 of 5 done…"."""
+        if self.stage.startswith("reading"):
+            what = "your documents" if self.stage == "reading" else "the conversation"
+            return f"Reading {what}: {self.done} of {self.total} tokens…"
         if self.stage == "drafting":
             return f"Drafting answers: {self.done} of {self.total} done…"
         if self.stage == "verifying":

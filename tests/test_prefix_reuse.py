@@ -66,3 +66,32 @@ def test_a_follow_up_reads_only_its_question_and_answers_as_a_fresh_prefill(smol
     assert fresh.stats.generation.reused_prompt_tokens == 0 and fresh.text == follow.text
     again = answering.answer(answerer, asked)  # Regenerate: everything but the last prompt token reused
     assert again.stats.generation.reused_prompt_tokens == len(prompt) - 1 and again.text == follow.text
+
+
+def test_a_long_prompt_is_read_in_pieces_with_progress_and_the_same_logits(smollm2_engine, index):
+    """Plain mode says how far a long prompt has got ("reading your documents: n of N tokens"),
+    and reading it in pieces gives the logits of one prefill, bit for bit."""
+    from localrag.generation import READ_STEP, Generation, PlainDecoder, backend_sync
+    from localrag.results import AnswerProgress
+
+    answerer = Answerer(smollm2_engine, index)
+    history = [{"role": "user", "content": " ".join(["Tell me about the telescope and the garden."] * 40)},
+               {"role": "assistant", "content": "The telescope observes the sky; the garden grows beans."}]
+    smollm2_engine.backend.reset()
+    items = list(get_mode("plain").stream(answerer, AnswerRequest(FIRST, history=history, gen=GEN,
+                                                                  options=get_mode("plain").options({"k": 2}))))
+    progress = [i for i in items if isinstance(i, AnswerProgress)]
+    result = items[-1]
+    total = result.stats.generation.prompt_tokens
+    assert total > 3 * READ_STEP and [p.stage for p in progress] == ["reading"] * len(progress)
+    assert [p.done for p in progress] == [*range(READ_STEP, total, READ_STEP), total] and progress[0].total == total
+    assert progress[0].message == f"Reading your documents: {READ_STEP} of {total} tokens…"
+    assert items.index(progress[-1]) < next(i for i, x in enumerate(items) if isinstance(x, str))
+    be = smollm2_engine.backend
+    prompt = list(be.tokens[:total])
+    be.reset()
+    whole = backend_sync(be, prompt).copy()
+    be.reset()
+    gen = Generation(be, prompt, PlainDecoder(), GEN)
+    assert len(list(gen.read())) == -(-total // READ_STEP) and be.tokens == prompt
+    assert (gen._logits == whole).all()

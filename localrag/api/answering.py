@@ -8,7 +8,7 @@ When the documents do not support it and the request (or the mode) refuses, the 
 refusal and the text is kept in ``localrag.unsupported_answer``; in that case nothing is streamed
 before the check. Without a collection, the mode answers from the client's own messages, laid out
 as given (``AnswerRequest.documents`` False; Speedup speculates from the conversation, Grounded
-refuses). Either way ``answer_chat`` yields text pieces, then one ``ChatReply``.
+refuses). Either way ``answer_chat`` yields progress (``AnswerProgress``), text pieces, then one ``ChatReply``.
 
     mode = check_request(services, req)              # ApiError 4xx before the turn
     ticket = services.queue.submit("api")
@@ -33,7 +33,7 @@ from localrag.evidence import mark_citations
 from localrag.models import ModelError, list_models
 from localrag.modes import AnswerMode, AnswerRequest
 from localrag.rag.config import IndexConfig
-from localrag.results import AnswerEvidence, AnswerResult, AnswerStats, Citation
+from localrag.results import AnswerEvidence, AnswerProgress, AnswerResult, AnswerStats, Citation
 
 
 @dataclass
@@ -146,8 +146,9 @@ def _request(services: Services, req: ChatRequest, mode: AnswerMode, ticket: Tic
 
 
 def answer_chat(services: Services, req: ChatRequest, mode: AnswerMode, ticket: Ticket
-                ) -> Iterator[str | ChatReply]:
-    """In the ticket's turn: text pieces, then one ChatReply. A cancelled ticket ends the text early."""
+                ) -> Iterator[str | AnswerProgress | ChatReply]:
+    """In the ticket's turn: AnswerProgress before the text (reading the prompt, Grounded's
+    drafting), text pieces, then one ChatReply. A cancelled ticket ends the text early."""
     t0 = time.perf_counter()
     if services.engine is None or services.engine.model_name != req.model:
         try:
@@ -174,10 +175,12 @@ def answer_chat(services: Services, req: ChatRequest, mode: AnswerMode, ticket: 
         for item in mode.stream(services.answerer, request):
             if isinstance(item, AnswerResult):
                 result = item
-            elif isinstance(item, str):  # text; AnswerProgress (Grounded's drafting, verifying) is not sent
+            elif isinstance(item, str):
                 pieces.append(item)
                 if not held:
                     yield item
+            elif isinstance(item, AnswerProgress) and not pieces:  # (a stream sends it as a keep-alive)
+                yield item
     except PromptTooLong as exc:
         raise ApiError(400, str(exc), code="context_length_exceeded", param="messages") from None
     except EndpointError as exc:  # the serving engine behind us: a gateway error, with its line

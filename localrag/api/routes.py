@@ -41,6 +41,7 @@ from localrag.api.schemas import MAX_BODY_BYTES, ChatRequest, parse_chat, parse_
 from localrag.app.services import DEFAULT_COLLECTION, Services
 from localrag.app.serving import GenerationThread, QueueFull, Ticket
 from localrag.modes import AnswerMode
+from localrag.results import AnswerProgress
 
 DISCONNECT_POLL_S = 0.25
 # A streamed answer's first piece is written before the model computes on: decoding takes every
@@ -57,6 +58,11 @@ class Piece:
 
 
 @dataclass(frozen=True)
+class Progress:
+    message: str  # "Reading your documents: 420 of 980 tokens…": a stream's keep-alive comment
+
+
+@dataclass(frozen=True)
 class Failed:
     error: ApiError
 
@@ -66,7 +72,7 @@ class Finished:
     answer: ChatReply
 
 
-Event = Piece | Failed | Finished
+Event = Piece | Progress | Failed | Finished
 
 
 class ReplyStream:
@@ -114,9 +120,15 @@ class ReplyStream:
     def _generate(self, mode: AnswerMode) -> None:
         """In the ticket's turn, on the generation thread."""
         try:
-            for i, item in enumerate(answer_chat(self.services, self.req, mode, self.ticket)):
+            waited = False
+            for item in answer_chat(self.services, self.req, mode, self.ticket):
+                if isinstance(item, AnswerProgress):
+                    if self.req.stream:
+                        self._emit(Progress(item.message))
+                    continue
                 self._emit(Finished(item) if isinstance(item, ChatReply) else Piece(item))
-                if i == 0 and self.req.stream:  # once: a stream never started must not slow every token
+                if not waited and self.req.stream:  # once: a stream never started must not slow every token
+                    waited = True
                     self.first_written.wait(FIRST_WRITE_WAIT_S)  # see FIRST_WRITE_WAIT_S
         except Exception as exc:
             self._emit(Failed(api_error(exc)))
@@ -156,11 +168,13 @@ class Batch:
 
     text: str
     end: Failed | Finished | None
+    progress: str = ""  # the latest progress message among them ('' if none)
 
     @classmethod
     def of(cls, events: list[Event]) -> Batch:
-        end = events[-1] if not isinstance(events[-1], Piece) else None  # the thread's last event
-        return cls("".join(e.text for e in events if isinstance(e, Piece)), end)
+        end = events[-1] if isinstance(events[-1], Failed | Finished) else None  # the thread's last event
+        progress = [e.message for e in events if isinstance(e, Progress)]
+        return cls("".join(e.text for e in events if isinstance(e, Piece)), end, progress[-1] if progress else "")
 
 
 def build_router(services: Services) -> APIRouter:
@@ -207,10 +221,13 @@ def build_router(services: Services) -> APIRouter:
         batch, done = first, False
         try:
             yield stream_bytes(cid, created, answer.req, batch, opening=True)
-            answer.first_written.set()
+            if batch.text or batch.end is not None:
+                answer.first_written.set()
             while batch.end is None:
                 batch = await answer.next_events(request)
                 yield stream_bytes(cid, created, answer.req, batch)
+                if batch.text:
+                    answer.first_written.set()
             done = True
         finally:
             answer.first_written.set()
@@ -234,6 +251,8 @@ def stream_bytes(cid: str, created: int, req: ChatRequest, batch: Batch, opening
     """One write of a streamed answer: the role chunk first (``opening``), the batch's text as one
     chunk, and with the answer's end the closing chunks (or the error) and [DONE]."""
     events = [chunk(cid, created, req.model, {"role": "assistant", "content": ""})] if opening else []
+    # progress while the prompt is read: an SSE comment, which clients skip (and proxies see traffic)
+    keep_alive = f": {batch.progress}\n\n".encode() if batch.progress and not batch.text else b""
     if batch.text:
         events.append(chunk(cid, created, req.model, {"content": batch.text}))
     if isinstance(batch.end, Failed):  # after the first piece, an error can only end the stream
@@ -242,7 +261,7 @@ def stream_bytes(cid: str, created: int, req: ChatRequest, batch: Batch, opening
         events += final_chunks(cid, created, req.model, batch.end.answer, req.include_usage)
     if batch.end is not None:
         events.append("[DONE]")
-    return b"".join(sse(e) for e in events)
+    return keep_alive + b"".join(sse(e) for e in events)
 
 
 async def read_body(request: Request) -> bytes:

@@ -130,6 +130,11 @@ class EndpointGeneration:
     def logprobs_returned(self) -> bool:
         return bool(self.logprobs)
 
+    def read(self) -> Iterator[tuple[int, int]]:
+        """Nothing to read here: the server reads the prompt as part of the request (the local
+        ``Generation.read`` reports its progress)."""
+        return iter(())
+
     def run(self) -> EndpointGeneration:
         for _ in self:
             pass

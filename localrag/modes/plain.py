@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from localrag.answer import Answerer, Found, checked_result
 from localrag.generation import Decoder, Generation
 from localrag.modes.base import AnswerMode, AnswerRequest, ModeOptions, option
-from localrag.results import AnswerResult, AnswerStats, CopiedSpan, SearchStats
+from localrag.results import AnswerProgress, AnswerResult, AnswerStats, CopiedSpan, SearchStats
 
 MAX_K = 50
+READ_QUIETLY = 256  # prompt tokens read without a word of progress (a short one is read in a blink)
 
 
 @dataclass(frozen=True)
@@ -65,19 +66,27 @@ class PlainMode(AnswerMode):
         decoder, notes = self.decoder(answerer, request, found)
         return Prepared(msgs, found, decoder, notes, time.perf_counter() - t0)
 
-    def stream(self, answerer: Answerer, request: AnswerRequest) -> Iterator[str | AnswerResult]:
+    def stream(self, answerer: Answerer, request: AnswerRequest) -> Iterator[str | AnswerProgress | AnswerResult]:
         t0 = time.perf_counter()
         ready = self.prepare(answerer, request)
         # without documents the client's conversation is kept whole (PromptTooLong if it cannot fit)
         generation = answerer.generate(ready.messages, request.gen, ready.decoder, fit=request.documents,
                                        cancel=request.cancel)
-        pieces = iter(generation)
-        for piece in pieces:
-            yield piece
-            if request.cancelled:  # Stop: keep what was written, its sources and its stats
-                pieces.close()
+        reading = "reading" if request.documents else "reading the conversation"
+        for done, total in generation.read():  # the prompt, in pieces: a long one says how far it got
+            if total > READ_QUIETLY:
+                yield AnswerProgress(reading, done, total)
+            if request.cancelled:
                 generation.stats.stop_reason = "cancelled"
                 break
+        else:
+            pieces = iter(generation)
+            for piece in pieces:
+                yield piece
+                if request.cancelled:  # Stop: keep what was written, its sources and its stats
+                    pieces.close()
+                    generation.stats.stop_reason = "cancelled"
+                    break
         text = generation.text.strip()
         stats = AnswerStats(mode=self.id, search=ready.found.stats, generation=generation.stats,
                             setup_s=ready.setup_s)

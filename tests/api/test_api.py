@@ -357,3 +357,28 @@ def test_binds_loopback_only(server):
 def _non_loopback_ips() -> list[str]:
     return [a.address for addrs in psutil.net_if_addrs().values() for a in addrs
             if a.family == socket.AF_INET and not a.address.startswith("127.")]
+
+
+def test_a_long_prompt_streams_its_reading_progress_as_keep_alives(server):
+    """While a long prompt is read, the stream sends SSE comments saying how far it got (clients
+    skip them); the text that follows is the same as without a stream."""
+    story = " ".join(f"Lantern {i} stands on the pier and burns whale oil until dawn." for i in range(60))
+    body = {"model": MODEL, "max_tokens": 8, "temperature": 0, "stream": True,
+            "messages": [{"role": "user", "content": f"{story}\n\nHow many lanterns are there?"}]}
+    lines = []
+    with httpx.stream("POST", server.url + "/chat/completions", json=body, timeout=600) as reply:
+        assert reply.status_code == 200
+        lines = [line for line in reply.iter_lines() if line]
+    comments = [line for line in lines if line.startswith(":")]
+    first_text = next(i for i, line in enumerate(lines) if '"content": "' in line and '"content": ""' not in line)
+    assert comments and all(lines.index(c) < first_text for c in comments)  # before the first words
+    counts = [tuple(map(int, c.split(": ", 2)[2].split(" tokens")[0].split(" of "))) for c in comments]
+    assert all("Reading the conversation" in c for c in comments)
+    total = counts[0][1]
+    # one comment per piece read (128 tokens) until the text starts (a last one sent with it is left out)
+    assert total > 600 and all(t == total for _, t in counts) and len(counts) >= 3
+    assert [d for d, _ in counts] == sorted({d for d, _ in counts}) and counts[-1][0] >= total - 2 * 128
+    streamed = "".join(json.loads(line[len("data: "):])["choices"][0]["delta"].get("content") or ""
+                       for line in lines if line.startswith("data: {") and '"choices": [{' in line)
+    whole = client(server).chat.completions.create(**{**body, "stream": False})
+    assert streamed == whole.choices[0].message.content
