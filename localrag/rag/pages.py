@@ -14,6 +14,10 @@ longest runs of it that lie close together and cover most of it), and the PDFium
 that span give the boxes: PDFium's own text rectangles for a character range, one per line
 segment. A passage that is not on the page is no error: the page is rendered without highlight
 and ``note`` says so. What is not a PDF, or a page out of range, raises :class:`PageError`.
+
+What a citation opens is looked up in the index, never taken from a client: ``cited_chunk(index,
+chunk_id)`` is the live chunk with its anchors (page, lines, heading path) and its file as the
+manifest records it, or None once that version is gone (the file was removed or re-ingested).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from __future__ import annotations
 import ctypes
 import difflib
 import io
+import json
 import os
 import unicodedata
 from dataclasses import dataclass
@@ -29,7 +34,11 @@ import pypdfium2
 import pypdfium2.raw as pdfium_c
 from PIL import Image, ImageDraw
 
-__all__ = ["Box", "PageError", "PageImage", "PassageMatch", "find_passage", "page_count", "render_page"]
+from localrag.rag.index import DocumentIndex
+from localrag.rag.records import Hit
+
+__all__ = ["Box", "PageError", "PageImage", "PassageMatch", "cited_chunk", "find_passage", "page_count",
+           "render_page"]
 
 HIGHLIGHT = (255, 214, 0, 96)  # translucent yellow over the passage's text rectangles
 MIN_RUN = 4  # shortest run of key characters the fuzzy match counts (shorter ones match by chance)
@@ -137,6 +146,24 @@ def render_page(path: str | os.PathLike, page: int, passage: str | None = None, 
         return PageImage(buf.getvalue(), page, len(pdf), image.width, image.height, scale, match.boxes, match.note)
     finally:
         pdf.close()
+
+
+def cited_chunk(index: DocumentIndex, chunk_id: str) -> Hit | None:
+    """The live chunk ``chunk_id`` of ``index`` (scores None, fused 0), its file the manifest's path
+    of its version; None when that version is no longer live."""
+    live = index.manifest.live_versions(index.config.collection, index.space)
+    ver = chunk_id.split(":", 1)[0]
+    if ver not in live:
+        return None
+    with index.store.session():
+        col = index.store.collection(index.space, create=False)
+        got = col.get(ids=[chunk_id], include=["documents", "metadatas"]) if col is not None else None
+    if not got or not got["ids"] or got["metadatas"][0] is None:
+        return None
+    doc, meta = got["documents"][0], got["metadatas"][0]
+    return Hit(chunk_id=chunk_id, text=doc, file=live[ver], page=meta.get("page"), line_start=meta.get("line_start"),
+               line_end=meta.get("line_end"), heading_path=tuple(json.loads(meta.get("heading_path", "[]"))),
+               dense_score=None, bm25_score=None, fused_score=0.0, ocr=bool(meta.get("ocr", False)))
 
 
 # ---------------------------------------------------------------- opening

@@ -1,4 +1,5 @@
-"""UI handlers as plain classes: chat (stream, stop, regenerate, history) and documents (ingest, list, remove).
+"""UI handlers as plain classes: chat (stream, stop, regenerate, history) and settings (modes,
+models, drafts); the Documents tab's are in ``documents``, the source viewer's in ``sources``.
 
 They return plain values (messages, Markdown, rows) that ``layout.py`` maps
 onto Gradio components, so tests drive them without a browser. Nothing here
@@ -7,16 +8,11 @@ raises into the UI: every failure becomes a message the user can read.
     chat = ChatController(services)
     for view in chat.respond(None, "What is in the report?", Settings()):
         print(view.messages[-1]["content"])
-    docs = DocsController(services)
-    for view in docs.ingest(["/tmp/upload/a.md"], "default"):
-        print(view.summary)
+    SettingsController(services).model_status()     # the header: the model, its file, size, architecture
 """
 
 from __future__ import annotations
 
-import os
-import queue
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -25,22 +21,17 @@ from pathlib import Path
 from localrag.app.history import ChatInfo, Turn, make_title
 from localrag.app.services import Services
 from localrag.app.serving import QueueFull, Ticket, ordinal
-from localrag.models import ModelError, inspect_gguf, list_models, resolve
+from localrag.models import BUNDLED, ModelError, ModelInfo, inspect_gguf, list_models, resolve
 from localrag.modes import option_fields
-from localrag.rag.config import IndexConfig
-from localrag.rag.records import IngestEvent, WatchedFolder
-from localrag.rag.watch import FolderState
 from localrag.results import AnswerProgress, AnswerResult
 from localrag.ui.render import (
     PENDING,
     accepted_per_step,
     chat_messages,
-    display_path,
     llm_history,
     mode_label,
 )
 from localrag.ui.settings import DRAFT_AUTO, NO_DRAFT, Settings
-from localrag.ui.uploads import UploadError, inside, stage_uploads
 
 STREAM_EVERY_S = 0.05  # at most ~20 UI updates a second while streaming
 WAIT_POLL_S = 0.5  # how often a waiting answer refreshes its place in line
@@ -108,7 +99,7 @@ class ChatController:
         shown = chat_messages(previous)
 
         def view(busy: bool = True, status: str = "") -> ChatView:
-            msgs = chat_messages([turn])
+            msgs = chat_messages([turn], first=len(previous))  # its place in the chat: its panels' ids, its links
             if status and msgs[1]["content"] == PENDING:  # the pending answer shows why it waits
                 msgs[1] = {**msgs[1], "content": status}
             return ChatView(shown + msgs, chat_id, accepted_per_step(turn.stats), busy)
@@ -168,203 +159,6 @@ class ChatController:
                     yield view()
         if ticket.cancelled:
             turn.notes.append("Stopped.")
-
-
-@dataclass
-class DocsView:
-    rows: list[list]  # per-file results of the running ingest: name, status, chunks, reason
-    summary: str
-    done: bool = False
-
-
-class DocsController:
-    def __init__(self, services: Services) -> None:
-        self.s = services
-
-    def documents(self, collection: str) -> list[list]:
-        """The document list: name, chunks, status, reason."""
-        try:
-            docs = self.s.index(collection).list_documents()
-        except Exception as exc:
-            return [[f"error: {exc}", 0, "error", ""]]
-        up = self.s.uploads_dir
-        return [[display_path(d.path, up), d.chunks, d.status, d.reason] for d in docs]
-
-    def document_choices(self, collection: str) -> list[tuple[str, str]]:
-        try:
-            docs = self.s.index(collection).list_documents()
-        except Exception:
-            return []
-        return [(display_path(d.path, self.s.uploads_dir), d.path) for d in docs]
-
-    def collections(self) -> list[str]:
-        try:
-            return self.s.collections()
-        except Exception:
-            return [Settings().collection]
-
-    def check_collection(self, name: str) -> str:
-        """'' when usable, else why not (names are letters, digits, '-' and '_')."""
-        try:
-            IndexConfig(index_dir=self.s.config.index_dir, collection=(name or "").strip())
-        except ValueError as exc:
-            return str(exc)
-        return ""
-
-    def remove(self, collection: str, path: str) -> str:
-        if not path:
-            return "Pick a document to remove."
-        try:
-            n = self.s.index(collection).remove(path)
-        except Exception as exc:
-            return f"❌ Could not remove {Path(path).name}: {exc}"
-        target = Path(path)
-        if target.is_file() and str(target.resolve()).startswith(str(self.s.uploads_dir.resolve())):
-            target.unlink()  # our own staged copy; never the user's files elsewhere
-        return f"Removed {display_path(path, self.s.uploads_dir)}." if n else f"{Path(path).name} was not indexed."
-
-    def ingest(self, uploads: Sequence[str] | None, collection: str,
-               names: Sequence[str] | None = None) -> Iterator[DocsView]:
-        """Stage uploads under the data directory and ingest them, yielding per-file progress."""
-        paths = [str(p) for p in (uploads or []) if p]
-        if not paths:
-            yield DocsView([], "Drop files or a folder first.", True)
-            return
-        why = self.check_collection(collection)
-        if why:
-            yield DocsView([], f"❌ {why}", True)
-            return
-        try:
-            staged = stage_uploads(paths, self.s.uploads_dir / collection, names)
-        except (UploadError, OSError) as exc:
-            yield DocsView([], f"❌ {exc}", True)
-            return
-        finally:  # our staged copy is what the index cites; Gradio's temp copy is no longer needed
-            discard_upload_temps(paths, self.s.config.upload_temp_dir)
-        shown = {str(p.resolve()): name for name, p in staged}
-        rows: dict[str, list] = {key: [name, "queued", 0, ""] for key, name in shown.items()}
-        yield DocsView(list(rows.values()), f"Staged {len(staged)} file(s); loading the embedding model…")
-        events: queue.Queue = queue.Queue()
-        result: dict = {}
-
-        def work() -> None:
-            try:
-                self.s.ensure_embedder()
-                result["report"] = self.s.index(collection).ingest([p for _, p in staged], progress=events.put)
-            except Exception as exc:
-                result["error"] = f"{type(exc).__name__}: {exc}"
-            finally:
-                events.put(None)
-
-        threading.Thread(target=work, name="localrag-ingest", daemon=True).start()
-        while True:
-            ev = events.get()
-            if ev is None:
-                break
-            key = ev.path
-            if key and key not in rows:
-                rows[key] = [display_path(key, self.s.uploads_dir), "queued", 0, ""]
-            if ev.kind == "file_start":
-                rows[key][1] = "reading…"
-            elif ev.kind == "chunks":
-                rows[key][1], rows[key][2] = "embedding…", ev.chunks
-            elif ev.kind == "file_done":
-                rows[key][1:] = [ev.status, ev.chunks, ev.reason]
-            if ev.kind != "done":
-                yield DocsView(list(rows.values()), ingest_status(ev))
-        if "error" in result:
-            yield DocsView(list(rows.values()), f"❌ Ingest failed: {result['error']}", True)
-            return
-        r = result["report"]
-        parts = [f"{r.added} added", f"{r.skipped} skipped (unchanged)", f"{r.replaced} replaced",
-                 f"{len(r.failed)} failed", f"{r.chunks} chunks", f"{r.seconds:.1f} s"]
-        icon = "⚠️" if r.failed else "✅"
-        yield DocsView(list(rows.values()), f"{icon} Done: " + ", ".join(parts), True)
-
-    # ------------------------------------------------------------ watched folders
-    def watch_folder(self, collection: str, path: str) -> str:
-        """Remember a folder of this machine and keep it in sync with ``collection``."""
-        if not self.s.serves_this_machine_only:
-            return ("❌ Watching a folder by its path is offered only when the app serves this machine alone "
-                    "(127.0.0.1, no share link). Use `python -m localrag watch PATH` on the machine instead.")
-        why = self.check_collection(collection)
-        if why:
-            return f"❌ {why}"
-        path = (path or "").strip()
-        if not path:
-            return "Type the path of a folder on this machine first."
-        try:
-            root = self.s.watcher.watch(collection.strip(), path)
-        except (ValueError, OSError) as exc:
-            return f"❌ Cannot watch {path}: {exc}"
-        return (f"👁 Keeping `{root}` in sync with “{collection}”: it is synced now, and later changes "
-                "show within seconds. The app follows it again at every start.")
-
-    def unwatch_folder(self, collection: str, folder: str, delete: bool = False) -> str:
-        """Stop keeping a folder in sync; its documents stay unless ``delete``."""
-        if not folder:
-            return "Pick a watched folder first."
-        try:
-            was, removed = self.s.watcher.unwatch(collection, folder, delete)
-        except Exception as exc:
-            return f"❌ Could not stop watching {folder}: {exc}"
-        if not was:
-            return f"{folder} was not watched."
-        kept = f"removed its {removed} document(s)." if delete else "its documents stay in the collection."
-        return f"Stopped watching `{folder}`; {kept}"
-
-    def watched(self, collection: str) -> list[list]:
-        """Watched folders: folder, what the app is doing with it, files indexed, failed files with
-        their reasons, last sync."""
-        try:
-            folders = self.s.index(collection).watched_folders()
-        except Exception as exc:
-            return [[f"error: {exc}", "", 0, "", ""]]
-        live = {st.folder: st for st in self.s.watch_states(collection)}
-        return [[w.folder, watch_state(w, live.get(w.folder)), w.indexed,
-                 "\n".join(f"{os.path.relpath(p, w.folder)}: {r}" for p, r in w.failed),
-                 "never" if w.last_sync is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(w.last_sync))]
-                for w in folders]
-
-    def watched_choices(self, collection: str) -> list[str]:
-        try:
-            return [w.folder for w in self.s.index(collection).watched_folders()]
-        except Exception:
-            return []
-
-
-def ingest_status(event: IngestEvent) -> str:
-    """The summary line while an ingest runs: files done of all, chunks/s and the ETA, or the wait
-    for another writer (which process holds the index's write lock)."""
-    if event.kind == "waiting":
-        return f"⏳ Waiting for the write lock: {event.reason}"
-    if event.kind == "repair":  # the vector index checked or repaired around the run (after a crash)
-        return f"🔧 {event.reason[:1].upper()}{event.reason[1:]}"
-    return f"Ingesting: {event.progress_line()}"
-
-
-def watch_state(folder: WatchedFolder, live: FolderState | None) -> str:
-    """'watching', 'syncing: 3/10 files · …', 'folder not found: …'; a folder this app does not
-    follow (remembered by another process) says so, with the last error if there was one."""
-    if live is None:
-        why = f" (last attempt failed: {folder.last_error})" if folder.last_error else ""
-        return "not followed by this app: add it again here, or restart the app" + why
-    return f"{live.state}: {live.detail}" if live.detail else live.state
-
-
-def discard_upload_temps(paths: Sequence[str], temp_dir: Path) -> None:
-    """Delete the browser's uploaded copies under ``temp_dir`` (Gradio's ``<hash>/<name>``) and
-    the folders they leave empty; files anywhere else are never touched."""
-    root = Path(temp_dir).resolve()
-    for p in paths:
-        path = Path(p)
-        if not path.is_file() or path.is_symlink() or not inside(path, root):
-            continue
-        path.unlink()
-        folder = path.resolve().parent
-        while folder != root and inside(folder, root) and not any(folder.iterdir()):
-            folder.rmdir()
-            folder = folder.parent
 
 
 class SettingsController:
@@ -432,3 +226,51 @@ class SettingsController:
         if not name:
             return "Pick a model first."
         return self.s.swap_model(name, gpu_layers)
+
+    def model_status(self) -> str:
+        """The header: the model line, what the model is (its file, size, architecture), then the
+        index's health warning, if any."""
+        line, sep, rest = self.s.model_status().partition("  \n")
+        about = describe_model(self.s.model_config.model) if self.s.engine is not None else ""
+        return line + (f"  \n{about}" if about else "") + sep + rest
+
+    def model_choices(self, usable: Sequence[str]) -> list[str]:
+        """The model picker's choices: the registry's usable models, and the loaded one when it was
+        given by path (else the picker showed nothing)."""
+        current = self.s.model_config.model
+        return [*usable, current] if current and current not in usable else list(usable)
+
+
+def describe_model(model: str) -> str:
+    """'📦 `file.gguf` · 1.1 GB · qwen2 · 32,768-token context · /path/to/file.gguf' for a registry name
+    or a GGUF path (read from its header; a registry model is never assembled here), 'Hugging Face
+    folder /path' for a folder; '' when there is nothing to say."""
+    info: ModelInfo | None = None
+    if not model:
+        return ""
+    try:
+        if model in BUNDLED:
+            info = next((m for m in list_models() if isinstance(m, ModelInfo) and m.name == model), None)
+        else:
+            path = Path(model).expanduser()
+            if path.is_dir():
+                return f"📦 Hugging Face folder `{path.absolute()}`"
+            if path.is_file():
+                info = inspect_gguf(path.absolute())  # the path as given (a symlink stays itself)
+    except (ModelError, OSError, ValueError):
+        return ""
+    if info is None:
+        return ""
+    parts = [f"`{Path(info.path).name}`", size_text(info.size_bytes), info.architecture]
+    if info.context_length:
+        parts.append(f"{info.context_length:,}-token context")
+    parts.append(f"`{Path(info.path)}`")
+    return "📦 " + " · ".join(parts)
+
+
+def size_text(n: int) -> str:
+    """Bytes for a person: 1.1 GB, 491 MB, 12 KB."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}" if n < 10 * scale else f"{n / scale:.0f} {unit}"
+    return f"{n} B"

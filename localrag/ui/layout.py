@@ -5,25 +5,25 @@
 
 Left sidebar: saved chats (SQLite). Middle: the chat, question box, Stop /
 Regenerate, accepted-tokens-per-step plot. Right: Documents (collection, drop
-zone for files or a folder, ingest progress per file and overall, document list,
-remove, folders kept in sync) and Settings (mode toggle with availability, what an answer your
-documents do not support gets, retrieval k, temperature, max tokens, model / draft / GPU layers).
+zone for files or a folder, ingest progress per file and overall with Stop and Continue, document
+list, failed files, remove, folders kept in sync), Settings (mode toggle with availability, what an
+answer your documents do not support gets, retrieval k, temperature, max tokens, model / draft /
+GPU layers) and Source (a citation opened: a PDF's page with the passage highlighted, a heading's
+chunk, code at its lines).
 """
 
 from __future__ import annotations
 
 import gradio as gr
 import pandas as pd
+from gradio.utils import NamedString
 
 from localrag.app.services import DEFAULT_COLLECTION, Services
-from localrag.ui.handlers import (
-    ChatController,
-    ChatView,
-    DocsController,
-    SettingsController,
-    history_choices,
-)
+from localrag.ui.documents import DocsController
+from localrag.ui.handlers import ChatController, ChatView, SettingsController, history_choices
+from localrag.ui.render import plotted_steps
 from localrag.ui.settings import DRAFT_AUTO, MODE_DEFAULT, NO_DRAFT, Settings
+from localrag.ui.sources import SourceController, SourceView
 
 WATCH_REFRESH_S = 2.0  # how often the page shows the watched folders' states
 WATCH_HELP = ("A folder on this machine, by its path (the app runs here, so it reads the folder in place; a "
@@ -37,8 +37,16 @@ CSS = """
 #stats-plot { max-height: 220px; }
 .small-note { font-size: 0.9em; opacity: 0.85; }
 .lr-unsupported { text-decoration: underline dotted; text-decoration-thickness: 2px; cursor: help; }
-#chatbot mark { background: #fde68a; color: inherit; padding: 0 1px; border-radius: 2px; }
+#chatbot mark, #source-body mark { background: #fde68a; color: inherit; padding: 0 1px; border-radius: 2px; }
+a.lr-open { cursor: pointer; }
+#source-body img.lr-page { width: 100%; height: auto; border: 1px solid #d4d4d8; }
+#source-body pre.lr-code { white-space: pre-wrap; font-size: 0.85em; line-height: 1.45; }
+#source-body .lr-ln { display: inline-block; min-width: 3.5em; padding-right: 0.8em; text-align: right;
+                      color: #a1a1aa; user-select: none; }
+#source-body .lr-chunk { line-height: 1.5; }
 """
+SOURCE_HELP = ("Open a citation to see it here: the [1] after a sentence of an answer, or *Open…* in its "
+               "📚 Sources. A PDF opens at its page with the passage highlighted.")
 UNSUPPORTED_CHOICES = [("Mode default (Plain and Speedup warn, Grounded refuses)", MODE_DEFAULT),
                        ("Warn: show the answer, marked", "warn"), ("Refuse: say the documents do not support it", "refuse")]
 THEME = gr.themes.Soft(primary_hue="indigo")
@@ -55,13 +63,47 @@ HEAD = """<script>
   });
   new MutationObserver(relabel).observe(document.documentElement, {childList: true, subtree: true, characterData: true});
 })();
+// A citation link (class lr-open, its reference in a class lr-ref-...) opens in the Source tab: the
+// reference goes into a hidden box and a hidden button sends it (the server looks it up in the chat).
+document.addEventListener("click", (ev) => {
+  const link = ev.target.closest && ev.target.closest("a.lr-open");
+  if (!link) return;
+  ev.preventDefault();
+  ev.stopPropagation();
+  const ref = [...link.classList].find(c => c.startsWith("lr-ref-"));
+  const box = document.querySelector("#source-ref textarea, #source-ref input");
+  if (!ref || !box) return;
+  box.value = ref;
+  box.dispatchEvent(new Event("input", {bubbles: true}));
+  setTimeout(() => document.querySelector("#source-open").click(), 50);
+}, true);
 </script>"""
+
+
+def without_stray_files(box: gr.File) -> gr.File:
+    """``box`` without the empty file its preprocess leaves: Gradio 6.31's ``File._process_single_file``
+    opens ``NamedTemporaryFile(delete=False, dir=self.GRADIO_CACHE)`` for every uploaded file, renames
+    the object and never writes or deletes the file, so each upload left an empty ``tmp*`` file in
+    ``<data dir>/tmp``, beside the uploads in flight (whose temp files have the same names, so they
+    cannot be swept up safely afterwards). This box hands over the uploaded path as Gradio does,
+    without opening that file. Set on the instance: a subclass of a Gradio component makes Gradio
+    write a ``.pyi`` stub beside this module."""
+    original = box._process_single_file
+
+    def process(f):
+        if box.type != "filepath" or box.file_types:  # what this does not cover: Gradio's own
+            return original(f)
+        return NamedString(f.path)
+
+    box._process_single_file = process
+    return box
 
 
 def build_app(services: Services) -> gr.Blocks:
     chat, docs, conf = ChatController(services), DocsController(services), SettingsController(services)
+    sources = SourceController(services)
     usable, unusable = conf.models()
-    model_choices = usable or [services.model_config.model]
+    model_choices = conf.model_choices(usable)
     default = Settings()
 
     def settings_of(mode, collection, draft, temperature, max_tokens, k, on_unsupported) -> Settings:
@@ -71,12 +113,14 @@ def build_app(services: Services) -> gr.Blocks:
                         on_unsupported=on_unsupported or default.on_unsupported)
 
     def plot_update(steps: list[int]):
+        steps = plotted_steps(steps)
         if not steps:
             return gr.update(visible=False)
         # steps as categories in their own order: a numeric axis gets padded to fractions and
-        # negative ticks (it started at -20 on long answers)
+        # negative ticks (it started at -20 on long answers); whole tokens on the y axis, from 0
         labels = [str(i) for i in range(1, len(steps) + 1)]
-        return gr.update(value=pd.DataFrame({"step": labels, "accepted": steps}), sort=labels, visible=True)
+        return gr.update(value=pd.DataFrame({"step": labels, "accepted": steps}), sort=labels, visible=True,
+                         y_lim=[0, max(steps)])
 
     def chat_outputs(v: ChatView, sidebar: bool = True):
         if v.note:
@@ -94,9 +138,9 @@ def build_app(services: Services) -> gr.Blocks:
         with gr.Row(equal_height=False):
             with gr.Column(scale=3):
                 gr.Markdown("## 🔒 localrag — chat with your files, locally")
-                model_status = gr.Markdown(services.model_status(), elem_id="model-status")
+                model_status = gr.Markdown(conf.model_status(), elem_id="model-status")
                 chatbot = gr.Chatbot(elem_id="chatbot", height=560, render_markdown=True, buttons=["copy"],
-                                     label="Chat", placeholder="Drop documents on the right, then ask.")
+                                     label="Chat", placeholder=docs.placeholder(default.collection))
                 with gr.Row():
                     question = gr.Textbox(placeholder="Ask about your documents…", show_label=False,
                                           scale=6, elem_id="question", autofocus=True, lines=1)
@@ -105,23 +149,40 @@ def build_app(services: Services) -> gr.Blocks:
                     stop = gr.Button("⏹ Stop", size="sm", elem_id="stop")
                     regen = gr.Button("🔄 Regenerate", size="sm", elem_id="regenerate")
                 plot = gr.BarPlot(x="step", y="accepted", title="Accepted tokens per step (last answer)",
-                                  height=200, visible=False, elem_id="stats-plot")
-            with gr.Column(scale=2):
-                with gr.Tab("📄 Documents"):
+                                  height=200, visible=False, elem_id="stats-plot", y_axis_format="d")
+                # what the citation links send (see HEAD): a reference, looked up in the chat; here, not in
+                # the Source tab, whose content is not in the page until the tab is first shown
+                source_ref = gr.Textbox(visible="hidden", elem_id="source-ref")
+                source_open = gr.Button("open", visible="hidden", elem_id="source-open")
+            # "wrap": with "menu" (the default), in a 1400-pixel window the tab bar re-rendered without end
+            # (its tabs kept being detached from the page, too fast to click), once there were three
+            with gr.Column(scale=2), gr.Tabs(elem_id="side-tabs", overflow_behavior="wrap") as side_tabs:
+                with gr.Tab("📄 Documents", id="documents"):
                     collection = gr.Dropdown(choices=docs.collections(), value=default.collection,
                                              allow_custom_value=True, label="Collection", elem_id="collection",
                                              info="Type a new name to start a new collection.")
-                    files = gr.File(file_count="multiple", label="Drop files here", elem_id="upload-files")
-                    folder = gr.File(file_count="directory", label="…or a folder", elem_id="upload-folder")
+                    files = without_stray_files(gr.File(file_count="multiple", label="Drop files here",
+                                                        elem_id="upload-files"))
+                    folder = without_stray_files(gr.File(file_count="directory", label="…or a folder",
+                                                         elem_id="upload-folder"))
                     ingest_summary = gr.Markdown(elem_id="ingest-summary")
-                    # fixed shares of the panel's width, text wrapped: a long reason stays readable
+                    with gr.Row():
+                        ingest_stop = gr.Button("⏹ Stop ingest", size="sm", visible=False, elem_id="ingest-stop")
+                        ingest_resume = gr.Button("▶ Continue", size="sm", visible=False, elem_id="ingest-resume")
+                    # fixed shares of the panel's width, text wrapped: a long reason stays readable; the
+                    # short columns are wide enough for "chunks" and "embedding…" on one line
                     ingest_table = gr.Dataframe(headers=["file", "status", "chunks", "reason"], visible=False,
                                                 elem_id="ingest-table", interactive=False, wrap=True,
-                                                column_widths=["30%", "16%", "14%", "40%"])
-                    doc_list = gr.Dataframe(headers=["document", "chunks", "status", "reason"],
+                                                column_widths=["28%", "20%", "14%", "38%"])
+                    doc_list = gr.Dataframe(headers=["document", "chunks", "status"],
                                             value=docs.documents(default.collection), label="Documents in collection",
                                             elem_id="doc-list", interactive=False, wrap=True,
-                                            column_widths=["30%", "14%", "16%", "40%"])
+                                            column_widths=["58%", "18%", "24%"])
+                    failed = docs.failed(default.collection)
+                    failed_list = gr.Dataframe(headers=["file", "why it failed"], value=failed,
+                                               label="Failed files (not indexed)", elem_id="failed-list",
+                                               interactive=False, wrap=True, visible=bool(failed),
+                                               column_widths=["35%", "65%"])
                     with gr.Row():
                         remove_pick = gr.Dropdown(choices=docs.document_choices(default.collection), label="Remove",
                                                   elem_id="remove-pick", scale=3)
@@ -172,6 +233,13 @@ def build_app(services: Services) -> gr.Blocks:
                     if unusable:
                         gr.Markdown("**Unusable models:**\n" + "\n".join(f"- {u}" for u in unusable),
                                     elem_classes="small-note")
+                with gr.Tab("🔍 Source", id="source"):
+                    source_head = gr.Markdown(SOURCE_HELP, elem_id="source-head")
+                    with gr.Row():
+                        source_prev = gr.Button("◀ Previous page", size="sm", interactive=False, elem_id="source-prev")
+                        source_next = gr.Button("Next page ▶", size="sm", interactive=False, elem_id="source-next")
+                    source_body = gr.HTML(elem_id="source-body")
+                    source_at = gr.State(None)  # the open source: (SourceKey, previous page, next page)
 
         settings_inputs = [mode, collection, draft, temperature, max_tokens, k, on_unsupported]
 
@@ -202,34 +270,71 @@ def build_app(services: Services) -> gr.Blocks:
 
         # ---------------------------------------------------------------- documents
         def refresh_docs(coll):
-            return docs.documents(coll), gr.update(choices=docs.document_choices(coll), value=None)
+            """The document list, the failed files, the remove picker and the chat's placeholder."""
+            failed_rows = docs.failed(coll)
+            return (docs.documents(coll), gr.update(value=failed_rows, visible=bool(failed_rows)),
+                    gr.update(choices=docs.document_choices(coll), value=None),
+                    gr.update(placeholder=docs.placeholder(coll)))
 
-        def ingest(paths, coll):
+        docs_outs = [doc_list, failed_list, remove_pick, chatbot]
+        ingest_outs = [ingest_summary, ingest_table, ingest_stop, ingest_resume, *docs_outs, collection]
+
+        def ingest_view(v, coll):
+            """One view of an ingest: its summary and table, Stop while it runs, Continue when a stopped
+            one left files; once done, the lists of the collection it wrote to."""
+            coll = (v.collection or coll or DEFAULT_COLLECTION).strip()
+            table = gr.update(value=v.rows, visible=bool(v.rows))
+            if not v.done:
+                return (v.summary, table, gr.update(visible=True), gr.update(visible=False),
+                        *[gr.skip()] * (len(docs_outs) + 1))
+            return (v.summary, table, gr.update(visible=False), gr.update(visible=v.resumable),
+                    *refresh_docs(coll), gr.update(choices=docs.collections(), value=coll))
+
+        def ingest(paths, coll, request: gr.Request):
             coll = (coll or DEFAULT_COLLECTION).strip()
-            for v in docs.ingest(paths, coll):
-                table = gr.update(value=v.rows, visible=bool(v.rows))
-                if v.done:
-                    yield (v.summary, table, *refresh_docs(coll),
-                           gr.update(choices=docs.collections(), value=coll), None)
-                else:
-                    yield v.summary, table, gr.skip(), gr.skip(), gr.skip(), gr.skip()
+            for v in docs.ingest(paths, coll, owner=request.session_hash or ""):
+                yield *ingest_view(v, coll), None if v.done else gr.skip()  # the drop zone emptied when done
+
+        def resume(coll, request: gr.Request):
+            for v in docs.resume(owner=request.session_hash or ""):
+                yield ingest_view(v, coll)
+
+        def stop_ingest(request: gr.Request):
+            return docs.stop_ingest(request.session_hash or "")
 
         for box in (files, folder):
-            box.upload(ingest, [box, collection], [ingest_summary, ingest_table, doc_list, remove_pick,
-                                                   collection, box])
+            box.upload(ingest, [box, collection], [*ingest_outs, box])
+        ingest_resume.click(resume, [collection], ingest_outs)
+        # not queued: it must run while the ingest it stops holds a worker
+        ingest_stop.click(stop_ingest, None, [ingest_summary], queue=False)
 
         def pick_collection(coll):
             why = docs.check_collection(coll)
             return (f"❌ {why}" if why else "", *refresh_docs(coll))
 
-        collection.change(pick_collection, [collection], [ingest_summary, doc_list, remove_pick])
+        collection.change(pick_collection, [collection], [ingest_summary, *docs_outs])
         collection.change(lambda coll: watch_lists(coll or DEFAULT_COLLECTION), [collection],
                           [watch_list, unwatch_pick])
 
         def remove(coll, path):
             return (docs.remove(coll, path), *refresh_docs(coll))
 
-        remove_btn.click(remove, [collection, remove_pick], [remove_note, doc_list, remove_pick])
+        remove_btn.click(remove, [collection, remove_pick], [remove_note, *docs_outs])
+
+        # ---------------------------------------------------------------- sources
+        def show_source(view: SourceView):
+            at = (view.key, view.prev_page, view.next_page)  # what the page buttons open (not the image)
+            return (view.head, view.body, gr.update(interactive=view.prev_page is not None),
+                    gr.update(interactive=view.next_page is not None), at, gr.Tabs(selected="source"))
+
+        def turn_page(at, step: int):
+            key, prev_page, next_page = at or (None, None, None)
+            return show_source(sources.page(key, prev_page if step < 0 else next_page))
+
+        source_outs = [source_head, source_body, source_prev, source_next, source_at, side_tabs]
+        source_open.click(lambda cid, ref: show_source(sources.open(cid, ref)), [chat_id, source_ref], source_outs)
+        source_prev.click(lambda at: turn_page(at, -1), [source_at], source_outs)
+        source_next.click(lambda at: turn_page(at, 1), [source_at], source_outs)
 
         # ---------------------------------------------------------------- watched folders
         def watch_lists(coll):
@@ -248,17 +353,19 @@ def build_app(services: Services) -> gr.Blocks:
             return (docs.unwatch_folder(coll, folder, bool(delete)), *watch_lists(coll), *refresh_docs(coll))
 
         unwatch_btn.click(unwatch, [collection, unwatch_pick, unwatch_delete],
-                          [watch_note, watch_list, unwatch_pick, doc_list, remove_pick])
+                          [watch_note, watch_list, unwatch_pick, *docs_outs])
 
         def tick(coll, seen):
             """Watched folders' states every few seconds; the document list once a sync finished."""
             coll = (coll or DEFAULT_COLLECTION).strip()
             done = services.watch_syncs()
             if done == seen:
-                return docs.watched(coll), gr.skip(), gr.skip(), seen
-            return docs.watched(coll), docs.documents(coll), gr.update(choices=docs.document_choices(coll)), done
+                return docs.watched(coll), *[gr.skip()] * len(docs_outs), seen
+            listed, failed_rows, _, placeholder = refresh_docs(coll)
+            return (docs.watched(coll), listed, failed_rows, gr.update(choices=docs.document_choices(coll)),
+                    placeholder, done)
 
-        watch_timer.tick(tick, [collection, syncs_seen], [watch_list, doc_list, remove_pick, syncs_seen],
+        watch_timer.tick(tick, [collection, syncs_seen], [watch_list, *docs_outs, syncs_seen],
                          queue=False, show_progress="hidden")
 
         # ---------------------------------------------------------------- settings
@@ -268,14 +375,15 @@ def build_app(services: Services) -> gr.Blocks:
         def load_model(name, layers, m, d):
             gr.Info(f"Loading {name}…")
             msg = conf.load_model(name, int(layers or 0))
-            return f"{msg}  \n{services.model_status()}", conf.mode_note(m, d)
+            picker = gr.update(choices=conf.model_choices(usable), value=services.model_config.model)
+            return f"{msg}  \n{conf.model_status()}", conf.mode_note(m, d), picker
 
-        load_btn.click(load_model, [model, gpu_layers, mode, draft], [model_status, mode_note])
+        load_btn.click(load_model, [model, gpu_layers, mode, draft], [model_status, mode_note, model])
 
         def on_load(coll):
             coll = coll or DEFAULT_COLLECTION
-            return (gr.update(choices=history_choices(services)), *refresh_docs(coll), services.model_status(),
+            return (gr.update(choices=history_choices(services)), *refresh_docs(coll), conf.model_status(),
                     *watch_lists(coll))
 
-        demo.load(on_load, [collection], [history, doc_list, remove_pick, model_status, watch_list, unwatch_pick])
+        demo.load(on_load, [collection], [history, *docs_outs, model_status, watch_list, unwatch_pick])
     return demo

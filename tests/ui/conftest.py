@@ -24,6 +24,35 @@ from localrag.rag.config import IndexConfig
 from localrag.rag.records import DocumentInfo, Hit, IngestEvent, IngestReport
 from localrag.results import AnswerProgress, AnswerStats, Citation, GenerationStats, RasdStats, SearchStats
 
+# A three-page report (the UI tests' PDF): the glacier's retreat is on page 2.
+GLACIER = ("The glacier survey of the second season measured the northern tongue every week from May to "
+           "September. The ice retreated by forty-one metres over the season, the fastest retreat the survey "
+           "has recorded since it began, and the meltwater lake at its foot doubled in area.")
+REPORT_PAGES = [
+    ["Harbor notes", "The tide tables of the northern harbor are kept by the harbor master, who posts them "
+     "at the gate every Monday morning before the boats go out, and again on Thursday."],
+    ["Glacier survey", GLACIER, "The survey team camped at the lake for three weeks in August."],
+    ["Appendix", "The lantern inventory lists forty lanterns, of which thirty-two were in working order "
+     "at the end of the season and eight were sent to the workshop in town for repair."],
+]
+
+
+def make_pdf(path: Path, pages: list[list[str]]) -> Path:
+    """A PDF with a text layer, one list of paragraphs per page, wrapped by fpdf2 itself (multi_cell)
+    as a real document's lines are."""
+    from fpdf import FPDF
+
+    pdf = FPDF()
+    pdf.set_font("Helvetica", size=11)
+    for paragraphs in pages:
+        pdf.add_page()
+        for text in paragraphs:
+            pdf.multi_cell(0, 6, text, new_x="LMARGIN", new_y="NEXT")
+            pdf.ln(3)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pdf.output(str(path))
+    return path
+
 
 class FakeBackend:
     """Just enough of a llama.cpp backend for the modes' availability checks (BatchBackend)."""
@@ -70,25 +99,35 @@ class FakeEmbedder:
 
 
 class FakeIndex:
-    """Remembers ingested paths; files whose name contains 'corrupt' fail with a reason."""
+    """Remembers ingested paths; files whose name contains 'corrupt' fail with a reason. ``cancel``
+    is looked at before each file, as the real index looks at it before each batch; ``on_file(i)``
+    runs as file i starts (tests press Stop there)."""
 
     def __init__(self, collection: str) -> None:
         self.collection = collection
         self.embedder = FakeEmbedder()
         self.docs: dict[str, int] = {}
+        self.failures: dict[str, str] = {}
         self.ingested: list[str] = []
+        self.on_file = None
 
-    def ingest(self, paths, progress=None) -> IngestReport:
+    def ingest(self, paths, progress=None, cancel=None) -> IngestReport:
         emit = progress or (lambda e: None)
         paths = [str(p) for p in paths]
         report = IngestReport()
         emit(IngestEvent("start", total=len(paths)))
         for i, p in enumerate(paths, start=1):
+            if self.on_file is not None:
+                self.on_file(i)
+            if cancel is not None and cancel.is_set():
+                report.stopped, report.not_done = True, paths[i - 1:]
+                break
             report.seen += 1
             self.ingested.append(p)
             emit(IngestEvent("file_start", index=i, total=len(paths), path=p))
             if "corrupt" in Path(p).name:
                 report.failed.append((p, "not a PDF (bad header)"))
+                self.failures[p] = "not a PDF (bad header)"
                 emit(IngestEvent("file_done", index=i, total=len(paths), path=p, status="failed",
                                  reason="not a PDF (bad header)"))
                 continue
@@ -101,11 +140,12 @@ class FakeIndex:
             else:
                 report.skipped += 1
             emit(IngestEvent("file_done", index=i, total=len(paths), path=p, status=status, chunks=3))
-        emit(IngestEvent("done", total=len(paths)))
+        emit(IngestEvent("done", total=len(paths), status="stopped" if report.stopped else ""))
         return report
 
     def list_documents(self) -> list[DocumentInfo]:
-        return [DocumentInfo(p, n, "indexed") for p, n in sorted(self.docs.items())]
+        return sorted([DocumentInfo(p, n, "indexed") for p, n in self.docs.items()]
+                      + [DocumentInfo(p, 0, "failed", reason=r) for p, r in self.failures.items()], key=lambda d: d.path)
 
     def watched_folders(self) -> list:
         return []  # watching is tested on the real index (test_docs_watch.py)
@@ -140,10 +180,12 @@ class FakeAnswering:
     on_piece = None  # callback(i) after each piece (tests use it to press Stop)
     last_request = None
     last_answerer = None
+    searched = 'searched "q" in collection "default"'
 
     @classmethod
     def reset(cls) -> None:
         cls.pieces = ["Marta ", "Ilves ", "polished ", "it."]
+        cls.searched = 'searched "q" in collection "default"'
         cls.notes = []
         cls.fail = cls.on_piece = cls.last_request = cls.last_answerer = None
 
@@ -185,7 +227,7 @@ def _fake_stream(self: AnswerMode, answerer, request):
     text = "".join(written).strip()
     retrieved = [ZEPHYR_HIT, GARDEN_HIT]
     evidence = EvidenceAligner().align(text, retrieved, question=request.question)
-    yield checked_result(text, self.id, evidence, retrieved, _stats(self.id), 'searched "q" in collection "default"',
+    yield checked_result(text, self.id, evidence, retrieved, _stats(self.id), FakeAnswering.searched,
                          self.policy(request), extras, notes=FakeAnswering.notes)
 
 

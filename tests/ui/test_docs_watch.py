@@ -17,7 +17,7 @@ from localrag.app.config import AppConfig
 from localrag.app.services import Services
 from localrag.rag.config import IndexConfig
 from localrag.rag.index import DocumentIndex
-from localrag.ui.handlers import DocsController
+from localrag.ui.documents import DocsController
 from tests.ui.conftest import FAKE_MODES, FakeEngine
 
 PROGRESS = re.compile(r"^Ingesting: (\d+)/(\d+) files · \d+ chunks · \d+\.\d chunks/s · ETA (\d+:\d\d|\?)$")
@@ -107,7 +107,8 @@ def test_a_watched_folder_follows_changes_survives_a_restart_and_stops_on_reques
 
     assert docs.unwatch_folder("work", "") == "Pick a watched folder first."
     assert docs.unwatch_folder("work", str(folder)).endswith("its documents stay in the collection.")
-    assert docs.watched("work") == [] and names(docs.documents("work")) == {"a.md": "indexed", "b.xyz": "failed"}
+    assert docs.watched("work") == [] and names(docs.documents("work")) == {"a.md": "indexed"}
+    assert [Path(f).name for f, _ in docs.failed("work")] == ["b.xyz"]  # failed files are listed apart
     (folder / "d.md").write_text("# Delta\n\nNot followed any more.\n")
     time.sleep(1.5)
     assert "d.md" not in names(docs.documents("work"))

@@ -10,9 +10,9 @@ from pathlib import Path
 from localrag.app.history import Turn
 from localrag.grounded.extras import GroundedDraft, GroundedExtras
 from localrag.results import AnswerStats, GenerationStats, RasdStats
+from localrag.ui.documents import DocsController
 from localrag.ui.handlers import (
     ChatController,
-    DocsController,
     SettingsController,
     chat_label,
     history_choices,
@@ -41,6 +41,11 @@ def titles(messages):
     return [m.get("metadata", {}).get("title", "") for m in messages]
 
 
+def marker(n: int, turn: int = 0) -> str:
+    """A computed citation marker: [n], a link that opens source n of the chat's turn ``turn``."""
+    return f'<sup><a href="#" class="lr-open lr-ref-s-{turn}-{n}" title="open the source">[{n}]</a></sup>'
+
+
 def test_respond_streams_then_saves_with_citation_and_stats(make_services):
     s = make_services()
     s.index("default").docs["/x/zephyr.md"] = 3
@@ -51,7 +56,7 @@ def test_respond_streams_then_saves_with_citation_and_stats(make_services):
     final = views[-1]
     assert not final.busy and final.chat_id is not None
     assert final.messages[0] == {"role": "user", "content": "Who polished the mirror?"}
-    assert final.messages[1]["content"] == "Marta Ilves polished it.<sup>[1]</sup>"  # its computed citation
+    assert final.messages[1]["content"] == "Marta Ilves polished it." + marker(1)  # its computed citation
     assert "📚 Sources (1)" in titles(final.messages)
     child = next(m for m in final.messages if m.get("metadata", {}).get("parent_id"))
     assert "zephyr.md lines 3-4" in child["metadata"]["title"] and "Marta Ilves" in child["content"]
@@ -73,7 +78,7 @@ def test_history_survives_restart(make_services):
     assert chat_label(info, now=info.updated + 3 * 86400) == time.strftime(
         "Who polished the mirror? · Plain · %d %b %H:%M", time.localtime(info.updated))  # older: the date too
     loaded = ChatController(second).load(view.chat_id)
-    assert texts(loaded.messages)[:2] == ["Who polished the mirror?", "Marta Ilves polished it.<sup>[1]</sup>"]
+    assert texts(loaded.messages)[:2] == ["Who polished the mirror?", "Marta Ilves polished it." + marker(1)]
     assert loaded.messages == view.messages  # a stored chat re-renders the same way
 
 
@@ -239,10 +244,12 @@ def test_supported_span_is_highlighted_and_an_unsupported_sentence_is_marked(mak
     s = make_services()
     final = run(ChatController(s).respond(None, "Who polished the mirror?", Settings()))[-1]
     body = final.messages[1]["content"]
-    assert body.startswith("Marta Ilves polished it.<sup>[1]</sup> <span class=\"lr-unsupported\"")
+    assert body.startswith("Marta Ilves polished it." + marker(1) + ' <span class="lr-unsupported"')
     assert 'title="not found in your documents (number &quot;9&quot; not in the sources)"' in body
     assert "underline dotted" in body and ">The primary mirror is 9 metres wide.</span>" in body
-    chunk = next(m["content"] for m in final.messages if m.get("metadata", {}).get("id") == "sources-0-1")
+    panel = next(m["content"] for m in final.messages if m.get("metadata", {}).get("id") == "sources-0-1")
+    link, chunk = panel.split("\n\n", 1)  # a link that opens the source, then the chunk
+    assert link == ('<a href="#" class="lr-open lr-ref-s-0-1" title="open zephyr.md lines 3-4">📄 Open lines 3-4</a>')
     assert "<mark>" in chunk and re.sub(r"</?mark>", "", chunk) == ZEPHYR_HIT.text
     assert "Marta" in "".join(re.findall(r"<mark>(.*?)</mark>", chunk))
 
@@ -392,7 +399,7 @@ def test_ingest_progress_results_and_sanitized_names(make_services, tmp_path):
     assert not (tmp_path / "evil.md").exists()
     # the document list shows names within the collection, with chunk counts
     listed = docs.documents("default")
-    assert ["b.txt", 3, "indexed", ""] in listed and ["evil.md", 3, "indexed", ""] in listed
+    assert ["b.txt", 3, "indexed"] in listed and ["evil.md", 3, "indexed"] in listed
     # same file again: skipped
     again = run(docs.ingest([up / "b.txt"], "default"))[-1]
     assert "1 skipped" in again.summary
@@ -468,3 +475,181 @@ def test_what_the_modes_keep_outlives_one_answer_until_a_model_swap(make_service
     assert s.answerer is first and first.runtime(("speedup", None), object) is kept
     assert "Loaded" in s.swap_model("smollm2-135m-instruct", 0)
     assert s.answerer is not first and s.answerer.runtime(("speedup", None), object) is not kept
+
+
+# ---------------------------------------------------------------- what new users stumbled on
+
+
+def test_a_stopped_ingest_keeps_what_it_did_lists_what_it_did_not_and_continue_does_the_rest(make_services, tmp_path):
+    """Stop sets the running ingest's cancel event (that session's only); the files done stay, the
+    others are listed as not done, and Continue ingests exactly those."""
+    s = make_services()
+    index = s.index("default")
+    docs = DocsController(s)
+    up = tmp_path / "browser"
+    up.mkdir()
+    names = [f"n{i}.md" for i in range(4)]
+    for name in names:
+        (up / name).write_text(name)
+    assert docs.stop_ingest("tab-1") == "No ingest is running."
+    index.on_file = lambda i: (docs.stop_ingest("tab-2"), docs.stop_ingest("tab-1")) if i == 3 else None
+    views = run(docs.ingest([up / n for n in names], "default", owner="tab-1"))
+    final = views[-1]
+    assert final.done and final.resumable and final.summary.startswith("⏹ Stopped: 2 added")
+    assert "2 not done (▶ Continue indexes them)" in final.summary
+    status = {r[0]: r[1] for r in final.rows}
+    assert status == {"n0.md": "added", "n1.md": "added", "n2.md": "not done", "n3.md": "not done"}
+    listed = {r[0] for r in docs.documents("default")}
+    assert {"n0.md", "n1.md"} <= listed and not {"n2.md", "n3.md"} & listed  # what finished is kept
+    assert not any(v.resumable for v in views[:-1])
+    index.on_file = None
+    assert run(docs.resume("tab-2"))[-1].summary.startswith("Nothing to continue")  # another session's
+    again = run(docs.resume("tab-1"))[-1]
+    assert again.done and not again.resumable and "2 added" in again.summary
+    assert {r[0]: r[1] for r in again.rows} == {"n2.md": "added", "n3.md": "added"}
+    assert index.ingested[-2:] == [str((s.uploads_dir / "default" / n).resolve()) for n in ("n2.md", "n3.md")]
+    assert {"n2.md", "n3.md"} <= {r[0] for r in docs.documents("default")}
+    assert run(docs.resume("tab-1"))[-1].summary.startswith("Nothing to continue")
+
+
+def test_failed_files_are_listed_apart_from_the_documents(make_services, tmp_path):
+    s = make_services()
+    docs = DocsController(s)
+    (tmp_path / "ok.md").write_text("x")
+    (tmp_path / "corrupt.pdf").write_text("x")
+    run(docs.ingest([tmp_path / "ok.md", tmp_path / "corrupt.pdf"], "work"))
+    assert docs.documents("work") == [["ok.md", 3, "indexed"]]
+    assert docs.failed("work") == [["corrupt.pdf", "not a PDF (bad header)"]]
+
+
+def test_the_empty_chat_says_what_to_do_until_the_collection_has_documents(make_services, tmp_path):
+    s = make_services()
+    docs = DocsController(s)
+    assert docs.placeholder("work") == "Drop documents on the right, then ask."
+    (tmp_path / "a.md").write_text("x")
+    (tmp_path / "corrupt.pdf").write_text("x")
+    run(docs.ingest([tmp_path / "corrupt.pdf"], "work"))
+    assert docs.placeholder("work") == "Drop documents on the right, then ask."  # a failed file is no document
+    run(docs.ingest([tmp_path / "a.md"], "work"))
+    assert docs.placeholder("work") == "Ask about your 1 document in “work”."
+    assert docs.placeholder("default") == "Ask about your 1 document in “default”."
+
+
+def test_a_model_given_by_path_is_shown_with_its_file_size_and_architecture(make_services, tmp_path):
+    from localrag.app.config import AppConfig
+    from localrag.app.services import Services
+    from localrag.config import ModelConfig
+    from localrag.models import SMOLLM2_FILE, resolve
+
+    gguf = tmp_path / "models" / "big.gguf"
+    gguf.parent.mkdir()
+    gguf.symlink_to(resolve("smollm2-135m-instruct").path)  # any GGUF, by a path of its own
+    s = make_services()
+    s = Services(AppConfig(data_dir=s.config.data_dir, model=ModelConfig(model=str(gguf))), engine=FakeEngine())
+    conf = SettingsController(s)
+    status = conf.model_status()
+    line, about = status.split("  \n")
+    assert line == "Model: **fake-model**"
+    assert about.startswith("📦 `big.gguf` · ") and " · llama · " in about and f"`{gguf}`" in about
+    size = re.search(r"· ([\d.]+) MB ·", about)
+    assert size and abs(float(size.group(1)) - gguf.stat().st_size / 1e6) < 1, about
+    usable, _ = conf.models()
+    assert conf.model_choices(usable)[-1] == str(gguf) and str(gguf) not in usable  # the picker shows it
+    assert SMOLLM2_FILE not in status
+    s.history.close()
+
+
+def test_a_registry_model_is_described_too_and_a_missing_file_says_nothing(make_services):
+    from localrag.ui.handlers import describe_model
+
+    about = describe_model("smollm2-135m-instruct")
+    assert about.startswith("📦 `") and ".gguf` · " in about and "llama" in about
+    assert describe_model("/no/such/model.gguf") == "" and describe_model("") == ""
+
+
+def test_a_one_step_answer_draws_no_chart():
+    from localrag.ui.render import plotted_steps
+
+    assert plotted_steps([1]) == [] and plotted_steps([]) == []
+    assert plotted_steps([1, 3]) == [1, 3]
+
+
+def test_a_long_question_is_shortened_in_what_was_searched(make_services, fake_answering):
+    question = "Which dose is safe? " + "x" * 10_000
+    fake_answering.pieces = ["Take 400 mg of ibuprofen every 4 hours."]
+    fake_answering.searched = f'searched "{question}" in collection "default"'
+    final = run(ChatController(make_services()).respond(None, question, Settings()))[-1]
+    body = final.messages[1]["content"]
+    line = next(ln for ln in body.splitlines() if "What was searched" in ln)
+    assert len(line) < 300 and 'searched "Which dose is safe? xxx' in line and "characters] …" in line, line
+    assert line.rstrip().endswith('in collection "default"')
+    assert final.messages[0]["content"] == question  # the question itself is shown as asked
+
+
+def test_a_grounded_answer_is_shown_once_and_its_rationale_only_under_drafts():
+    from localrag.evidence import EvidenceAligner
+    from localrag.grounded.scoring import draft_text
+    from tests.ui.conftest import citation
+
+    best = GroundedDraft("Marta Ilves polished it.", "Its primary mirror was polished by Marta Ilves.", [citation()],
+                         -3.2, -4.1, -0.2, -1.1)
+    text = draft_text(best)
+    assert text.count("Marta Ilves") == 2  # what Grounded answers: the answer, then "Rationale: ..."
+    turn = Turn(question="Who polished the mirror?", answer=text, mode="grounded", citations=[citation()],
+                evidence=EvidenceAligner().align(text, [ZEPHYR_HIT], question="Who polished the mirror?"),
+                extras=GroundedExtras(drafts=[best]), supported=True)
+    messages = chat_messages([turn])
+    body = messages[1]["content"]
+    assert words(body) == "Marta Ilves polished it.[1]" and "Rationale" not in body
+    drafts = next(m for m in messages if m.get("metadata", {}).get("title", "").startswith("🧪 Drafts"))
+    assert "Its primary mirror was polished by Marta Ilves." in drafts["content"]
+    # any other text is shown whole, even when a mode's extras are there
+    other = Turn(question="q", answer="Quillfield.\n\nRationale: said so.", mode="grounded",
+                 extras=GroundedExtras(drafts=[best]))
+    assert "Rationale: said so." in chat_messages([other])[1]["content"]
+
+
+def test_a_later_turn_gets_panel_ids_and_links_of_its_own_while_it_streams(make_services):
+    s = make_services()
+    chat = ChatController(s)
+    cid = run(chat.respond(None, "first?", Settings()))[-1].chat_id
+    final = run(chat.respond(cid, "second?", Settings()))[-1]
+    ids = [m["metadata"]["id"] for m in final.messages if m.get("metadata", {}).get("id")]
+    assert len(ids) == len(set(ids)) and "sources-1" in ids and "sources-1-1" in ids
+    assert marker(1, turn=1) in final.messages[final.messages.index(
+        next(m for m in final.messages if m["content"] == "second?")) + 1]["content"]
+    assert chat.load(cid).messages == final.messages
+
+
+def test_pdf_chunks_read_as_paragraphs_and_the_highlight_stays_on_its_characters():
+    from localrag.ui.render import chunk_rows, highlighted_markdown, marked_rows
+
+    text = ("1 Introduction\nThe committee discussed at length the recon-\nstruction of the old bridge near the harbor\n"
+            "and agreed to start in spring.\n• first item\n• second item")
+    rows = ["".join(t for t, _ in segs) for segs in marked_rows(text, ())]
+    assert rows == text.split("\n")  # not a PDF: every line as it is
+    rows = ["".join(t for t, _ in segs) for segs in marked_rows(text, (), pdf=True)]
+    assert rows == ["1 Introduction", "The committee discussed at length the recon-struction of the old bridge near "
+                    "the harbor and agreed to start in spring.", "• first item", "• second item"]
+    start = text.index("old bridge")
+    end = text.index("agreed") + len("agreed")
+    shown = highlighted_markdown(text, [(start, end)], pdf=True)
+    assert "the <mark>old bridge near the harbor and agreed</mark> to start" in shown  # across the joined line
+    pieces = [p for row in chunk_rows(text, pdf=True) for p in row]
+    assert all(0 <= a <= b <= len(text) for a, b, _ in pieces)
+    assert "".join(text[a:b] for a, b, _ in pieces) == text.replace("\n", "")  # every character, once
+
+
+def test_the_model_sees_an_earlier_answer_as_its_first_sentence(make_services, fake_answering):
+    """A small model repeated an earlier answer in full when it saw it in full (see llm_history)."""
+    fake_answering.pieces = ["Marta Ilves polished it. ", "She worked for three years. ", "The mirror is 4.2 metres."]
+    s = make_services()
+    chat = ChatController(s)
+    cid = run(chat.respond(None, "Who polished the mirror?", Settings()))[-1].chat_id
+    fake_answering.pieces = ["x" * 500]
+    cid = run(chat.respond(cid, "And how wide is it?", Settings()))[-1].chat_id
+    run(chat.respond(cid, "Anything else?", Settings()))
+    assert fake_answering.last_request.history == (
+        {"role": "user", "content": "Who polished the mirror?"}, {"role": "assistant", "content": "Marta Ilves polished it."},
+        {"role": "user", "content": "And how wide is it?"}, {"role": "assistant", "content": "x" * 200 + " …"})
+    assert s.history.turns(cid)[0].answer.endswith("The mirror is 4.2 metres.")  # the chat keeps it whole

@@ -42,3 +42,29 @@ def test_parse_args_api(monkeypatch):
     assert not parse_args(["--share"]).api  # a public link must not carry the API
     monkeypatch.setenv("LOCALRAG_API_KEY", "from-env")
     assert parse_args([]).api_key == "from-env" and parse_args(["--api-key", "k2"]).api_key == "k2"
+
+
+def test_an_upload_leaves_no_empty_file_in_the_temp_folder(make_services):
+    """Gradio's File opened an empty temp file per uploaded file and dropped it (eight of them after
+    eight uploads); the page's drop zones hand over the upload without one, and an ingest deletes the
+    upload's own temp copy."""
+    from gradio.data_classes import FileData, ListFiles
+
+    from localrag.ui.documents import DocsController
+    from localrag.ui.layout import build_app
+
+    s = make_services()
+    demo = build_app(s)
+    temp = s.config.upload_temp_dir
+    for elem_id in ("upload-files", "upload-folder"):
+        box = next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == elem_id)
+        box.GRADIO_CACHE = str(temp)  # as under the app, which points GRADIO_TEMP_DIR there
+        upload = temp / f"9f3c1e{elem_id}" / "notes.md"  # where Gradio's upload route puts a file
+        upload.parent.mkdir(parents=True)
+        upload.write_text(f"# Notes\n\nThe falcon nests on the ridge ({elem_id}).\n")
+        paths = box.preprocess(ListFiles(root=[FileData(path=str(upload), orig_name="notes.md")]))
+        assert paths == [str(upload)]
+        assert [p for p in temp.rglob("*") if p.is_file()] == [upload]  # no empty tmp* file beside it
+        final = list(DocsController(s).ingest(paths, "default"))[-1]
+        assert final.done and "failed" in final.summary
+        assert [p for p in temp.rglob("*") if p.is_file()] == []  # the temp copy is gone once staged
