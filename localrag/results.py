@@ -133,6 +133,11 @@ class ModeExtras:
         """Pieces of the answer's stats line ("5 drafts", "draft 2.10 s"), given its AnswerStats."""
         return []
 
+    def shown(self, text: str, evidence: AnswerEvidence | None) -> tuple[str, AnswerEvidence | None]:
+        """The part of the answer's ``text`` shown as the answer, with the evidence of its sentences
+        (the rest is in ``panel()``); as it is unless the mode says otherwise."""
+        return text, evidence
+
     def to_dict(self) -> dict:
         return {"kind": self.kind, **asdict(self)}
 

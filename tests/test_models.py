@@ -461,7 +461,7 @@ def test_qwen_pair_resolves_with_one_tokenizer():
     [t] = [line for line in lines if line.startswith("qwen2.5-coder-1.5b-instruct ")]
     [d] = [line for line in lines if line.startswith("qwen2.5-coder-0.5b-instruct ")]
     assert t.split()[1:7] == ["1066", "MiB", "qwen2", "151936", "32768", "yes"]
-    assert t.endswith("target, draft: qwen2.5-coder-0.5b-instruct")
+    assert t.endswith("target (default), draft: qwen2.5-coder-0.5b-instruct")
     assert d.split()[1:7] == ["469", "MiB", "qwen2", "151936", "32768", "yes"]
     assert d.endswith("draft for qwen2.5-coder-1.5b-instruct")
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 import html
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import ClassVar
 
-from localrag.results import AnswerStats, Citation, ModeExtras, known_fields, register
+from localrag.results import AnswerEvidence, AnswerStats, Citation, ModeExtras, known_fields, register
 
 REFUSALS = ("not in the documents", "does not say", "do not say", "no information", "not mentioned",
             "cannot be determined", "unknown", "not specified", "not provided", "not stated",
@@ -45,6 +45,12 @@ class GroundedDraft:
     n_verify_tokens: int = 0
     subset: tuple[int, ...] = ()  # indices into the retrieved chunks
     dropped: str = ""  # why this draft cannot be the answer ("" when it can): its answer never ended
+
+    @property
+    def text(self) -> str:
+        """The draft as Grounded mode's answer text: the answer, then its rationale (checked as one;
+        the page shows the answer alone, ``GroundedExtras.shown``)."""
+        return self.answer if not self.rationale else f"{self.answer}\n\nRationale: {self.rationale}"
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -93,6 +99,20 @@ class GroundedExtras(ModeExtras):
         """The chosen draft's index: the best-scoring one that may be the answer (None: none may)."""
         ranked = [i for i, d in enumerate(self.drafts) if may_answer(d)]
         return max(ranked, key=lambda i: _finite(self.drafts[i].score), default=None)
+
+    def shown(self, text: str, evidence: AnswerEvidence | None) -> tuple[str, AnswerEvidence | None]:
+        """The chosen draft's answer without its "Rationale: ..." (the text is both, checked as
+        one): the rationale is in the drafts panel, and the answer keeps its own sentences' evidence."""
+        best = self.chosen()
+        if best is None:
+            return text, evidence
+        draft = self.drafts[best]
+        if not draft.rationale or text != draft.text:
+            return text, evidence
+        cut = len(draft.answer)
+        if evidence is not None:
+            evidence = replace(evidence, sentences=tuple(s for s in evidence.sentences if s.end <= cut))
+        return text[:cut], evidence
 
     def panel(self) -> tuple[str, str] | None:
         if not self.drafts:

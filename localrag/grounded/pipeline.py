@@ -41,7 +41,7 @@ from localrag.engine import Engine
 from localrag.evidence import EvidenceAligner, split_citations
 from localrag.grounded.drafting import DrafterOutput, chunk_tokens, draft_prompt, draft_steps
 from localrag.grounded.extras import GroundedDraft, GroundedExtras
-from localrag.grounded.scoring import combined_score, draft_text, score_drafts, select, short_answer
+from localrag.grounded.scoring import combined_score, score_drafts, select, short_answer
 from localrag.grounded.subsets import cluster, make_subsets, random_subsets, shared_prefix_order
 from localrag.rag.index import DocumentIndex
 from localrag.rag.records import Hit
@@ -142,7 +142,7 @@ class GroundedPipeline:
             return
         if not passed:
             gs.unsupported_reason = "no draft passed the verifier's threshold"
-        text = draft_text(best)
+        text = best.text
         if self.aligner is None:
             stats.total_s = time.perf_counter() - t0
             yield AnswerResult(text=text, mode=self.mode, citations=list(best.citations), supported=passed,

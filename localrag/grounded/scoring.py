@@ -124,11 +124,6 @@ def short_answer(text: str) -> str:
     return line[:-1].rstrip() if line.endswith(".") else line
 
 
-def draft_text(draft: GroundedDraft) -> str:
-    """What Grounded mode shows of a draft: the answer, then its rationale."""
-    return draft.answer if not draft.rationale else f"{draft.answer}\n\nRationale: {draft.rationale}"
-
-
 def usable(drafts: Sequence[GroundedDraft]) -> list[GroundedDraft]:
     """The drafts that may be the answer, in their order."""
     return [d for d in drafts if may_answer(d)]

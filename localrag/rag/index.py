@@ -207,7 +207,7 @@ class DocumentIndex:
                 report.repaired = repaired
                 self.manifest.note_written(self.space, report.chunks)
                 self._drop_unused_spaces()
-                if not report.stopped and self._sweep_due():  # a stopped run ends now: the next one sweeps
+                if self._sweep_due():  # a stopped run too: what it committed is searched from now on
                     report.repaired += self._repair_graph(emit)
                 self._ensure_bm25()
             except StoreUnavailable as exc:

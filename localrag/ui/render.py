@@ -24,7 +24,6 @@ Everything the model or a document wrote is HTML-escaped before it is shown.
 from __future__ import annotations
 
 import base64
-import dataclasses
 import html
 import itertools
 import re
@@ -33,10 +32,8 @@ from pathlib import Path
 
 from localrag.answer import unsupported_reason
 from localrag.app.history import Turn
-from localrag.grounded.extras import GroundedExtras
-from localrag.grounded.scoring import draft_text
 from localrag.modes import get_mode
-from localrag.results import AnswerEvidence, AnswerStats, Citation, ModeExtras, SentenceEvidence
+from localrag.results import AnswerEvidence, AnswerStats, Citation, ModeExtras
 
 PENDING = "…"
 NOT_FOUND = "not found in your documents"
@@ -289,22 +286,11 @@ def short_query(searched: str, limit: int = SEARCHED_CHARS) -> str:
 
 
 def shown_answer(turn: Turn) -> tuple[str, AnswerEvidence | None]:
-    """The answer as the page shows it, with its evidence. A Grounded answer's text is its draft's
-    answer and then "Rationale: ..." (``draft_text``), checked as one; the page shows the answer only
-    (with the evidence of its own sentences) and the rationale in the drafts panel."""
-    extras, answer = turn.extras, turn.answer
-    best = extras.chosen() if isinstance(extras, GroundedExtras) else None
-    if best is None:
-        return answer, turn.evidence
-    draft = extras.drafts[best]
-    if not draft.rationale or answer != draft_text(draft):
-        return answer, turn.evidence
-    cut = len(draft.answer)
-    evidence = turn.evidence
-    if evidence is not None:
-        kept: tuple[SentenceEvidence, ...] = tuple(s for s in evidence.sentences if s.end <= cut)
-        evidence = dataclasses.replace(evidence, sentences=kept)
-    return answer[:cut], evidence
+    """The answer as the page shows it, with its evidence: what its mode shows as the answer
+    (``ModeExtras.shown``; Grounded keeps the rationale in its drafts panel)."""
+    if turn.extras is None:
+        return turn.answer, turn.evidence
+    return turn.extras.shown(turn.answer, turn.evidence)
 
 
 def answer_markdown(answer: str, evidence: AnswerEvidence | None, numbering: Sequence[str] = (),

@@ -17,7 +17,7 @@ from localrag.config import GenerationConfig, GroundedConfig
 from localrag.evidence import EvidenceAligner
 from localrag.grounded.drafting import SpanCopy, chunk_tokens, draft_prompt, write_drafts
 from localrag.grounded.pipeline import GroundedPipeline, retrieve
-from localrag.grounded.scoring import draft_text, is_refusal, score_drafts, verifier_segments
+from localrag.grounded.scoring import is_refusal, score_drafts, verifier_segments
 
 pytestmark = pytest.mark.slow
 
@@ -147,7 +147,7 @@ def test_a_grounded_answer_ends_within_max_tokens_or_its_draft_is_dropped(index,
             assert d.dropped == f"its answer did not end within {limit} tokens"
             assert d.n_draft_tokens == rationale[d.subset] + limit and full[d.subset].answer.startswith(d.answer)
     kept = [d for d in tight.extras.drafts if not d.dropped]
-    assert tight.text in {draft_text(d) for d in kept}
+    assert tight.text in {d.text for d in kept}
 
 
 def test_extractive_drafts_copy_spans_and_keep_the_drafters_own_logprob(drafter):
@@ -246,7 +246,7 @@ def test_the_chosen_draft_is_checked_and_cites_only_what_supports_it(index, draf
     best = next(d for d in result.extras.drafts if not is_refusal(d.answer))
     _, relevant = retrieve(index, NOTICE_Q, cfg)
     used = [relevant[i] for i in best.subset]
-    assert result.text == draft_text(best)
+    assert result.text == best.text
     assert result.evidence == aligner.align(result.text, used, question=NOTICE_Q)
     assert [c.chunk_id for c in result.citations] == list(result.evidence.cited)
     assert set(result.evidence.cited) <= {h.chunk_id for h in used}
@@ -270,7 +270,7 @@ def test_no_draft_above_threshold_is_unsupported(index, drafter, verifier):
     result = GroundedPipeline(drafter, verifier, CFG.with_(min_score=1e9)).answer(NOTICE_Q, index)
     assert not result.supported and result.extras.drafts
     best = next(d for d in result.extras.drafts if not is_refusal(d.answer))
-    assert result.text == draft_text(best)  # kept, to be shown labelled as unsupported
+    assert result.text == best.text  # kept, to be shown labelled as unsupported
     why = result.extras.unsupported_reason
     assert why == "no draft passed the verifier's threshold"
     refused = apply_policy(result, "refuse", why)

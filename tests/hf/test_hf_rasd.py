@@ -190,7 +190,7 @@ def test_generate_cli_runs_rasd_on_the_transformers_backend(hf_smollm2, tmp_path
     plain = Engine(hf_smollm2).complete(prompt, GenerationConfig(max_tokens=12)).run()
     out = subprocess.run(
         [sys.executable, "-m", "localrag", "generate", "--backend", "hf", "--device", "cpu", "--mode", "rasd",
-         "--draft", "smollm2-135m-instruct", "--docs", str(doc), "--max-tokens", "12", "--json", prompt],
+         "--model", "smollm2-135m-instruct", "--draft", "smollm2-135m-instruct", "--docs", str(doc), "--max-tokens", "12", "--json", prompt],
         capture_output=True, text=True, timeout=600,
     )
     assert out.returncode == 0, out.stderr[-2000:]

@@ -588,12 +588,11 @@ def test_a_long_question_is_shortened_in_what_was_searched(make_services, fake_a
 
 def test_a_grounded_answer_is_shown_once_and_its_rationale_only_under_drafts():
     from localrag.evidence import EvidenceAligner
-    from localrag.grounded.scoring import draft_text
     from tests.ui.conftest import citation
 
     best = GroundedDraft("Marta Ilves polished it.", "Its primary mirror was polished by Marta Ilves.", [citation()],
                          -3.2, -4.1, -0.2, -1.1)
-    text = draft_text(best)
+    text = best.text
     assert text.count("Marta Ilves") == 2  # what Grounded answers: the answer, then "Rationale: ..."
     turn = Turn(question="Who polished the mirror?", answer=text, mode="grounded", citations=[citation()],
                 evidence=EvidenceAligner().align(text, [ZEPHYR_HIT], question="Who polished the mirror?"),
