@@ -217,6 +217,9 @@ class Answerer:
         return isinstance(self.engine, EndpointEngine)
 
     # ------------------------------------------------------------ a mode's own parts
+    def has_runtime(self, key: tuple) -> bool:
+        return key in self._runtimes
+
     def runtime(self, key: tuple, make: Callable[[], T]) -> T:
         """What a mode keeps between answers (``key`` starts with its id), made on first use."""
         if key not in self._runtimes:

@@ -450,7 +450,8 @@ class AnswerProgress:
     pieces (Grounded: searching, drafting 2 of 5, verifying). A consumer that wants only the text
     keeps the ``str`` items and the final ``AnswerResult``, and skips everything else."""
 
-    stage: str  # "searching" | "reading" (the prompt; "reading the conversation" without documents) | "drafting" | "verifying"
+    stage: str  # "searching" | "measuring" (Speedup's first cost curves) | "reading" (the prompt; "reading the
+    # conversation" without documents) | "drafting" | "verifying"
     done: int = 0  # drafting: drafts finished; reading: prompt tokens read
     total: int = 0  # drafting: drafts being written; reading: prompt tokens to read
 
@@ -464,6 +465,8 @@ class AnswerProgress:
             return f"Drafting answers: {self.done} of {self.total} done…"
         if self.stage == "verifying":
             return "Verifying the drafts…"
+        if self.stage == "measuring":
+            return "Timing this model's forward passes on this machine, once (kept for later answers)…"
         return "Searching your documents…" if self.stage == "searching" else f"{self.stage.capitalize()}…"
 
 

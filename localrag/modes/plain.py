@@ -54,6 +54,10 @@ class PlainMode(AnswerMode):
         """The spans of ``text`` the decoder copied from the retrieved chunks (none in plain decoding)."""
         return []
 
+    def getting_ready(self, answerer: Answerer, request: AnswerRequest) -> Iterator[AnswerProgress]:
+        """Progress to show before ``prepare`` when preparing takes a while (nothing to say here)."""
+        return iter(())
+
     def prepare(self, answerer: Answerer, request: AnswerRequest) -> Prepared:
         if not request.documents:  # chat on the client's own conversation, as given
             msgs = [*request.history, {"role": "user", "content": request.question}]
@@ -68,6 +72,7 @@ class PlainMode(AnswerMode):
 
     def stream(self, answerer: Answerer, request: AnswerRequest) -> Iterator[str | AnswerProgress | AnswerResult]:
         t0 = time.perf_counter()
+        yield from self.getting_ready(answerer, request)
         ready = self.prepare(answerer, request)
         # without documents the client's conversation is kept whole (PromptTooLong if it cannot fit)
         generation = answerer.generate(ready.messages, request.gen, ready.decoder, fit=request.documents,

@@ -10,7 +10,8 @@ draft for the loaded target, e.g. Qwen2.5-Coder-0.5B for the 1.5B)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from localrag.answer import Answerer, Found
@@ -18,8 +19,8 @@ from localrag.backends.base import Backend
 from localrag.generation import Decoder, Generation
 from localrag.modes.base import AnswerRequest, option
 from localrag.modes.plain import PlainMode, PlainOptions
-from localrag.rasd import CopiedToken, RasdDecoder
-from localrag.results import ChunkLike, CopiedSpan
+from localrag.rasd import CopiedToken, RasdDecoder, unmeasured
+from localrag.results import AnswerProgress, ChunkLike, CopiedSpan
 
 AUTO, NONE = "auto", "none"
 LOAD_ERRORS = (OSError, RuntimeError, ValueError)  # ModelError is a ValueError: a draft that fails says why
@@ -51,20 +52,44 @@ class SpeedupMode(PlainMode):
             return answerer.models.default_draft()
         return None if name == NONE else name
 
+    def _draft(self, answerer: Answerer, request: AnswerRequest) -> tuple[str | None, Backend | None, str]:
+        """(name, backend, why not) of the draft model this request asks for; (None, None, why) when
+        it cannot work with the target, so the mode speculates from retrieval alone."""
+        name = self.draft_name(answerer, request)
+        if name is None:
+            return None, None, ""
+        try:
+            return name, answerer.models.draft(name), ""
+        except LOAD_ERRORS as exc:
+            return None, None, f"draft model {name} is unusable: {exc}. Speculating from retrieval only."
+
+    def _to_measure(self, answerer: Answerer, request: AnswerRequest) -> list[Backend]:
+        """The models whose step costs the first decoder of this (target, draft) times (none once
+        they are on disk for this machine): the wait before a first Speedup answer."""
+        name, draft, _ = self._draft(answerer, request)
+        if answerer.has_runtime((self.id, name)):
+            return []
+        return unmeasured(answerer.engine.backend, answerer.config.rasd, draft)
+
+    def getting_ready(self, answerer: Answerer, request: AnswerRequest) -> Iterator[AnswerProgress]:
+        if self._to_measure(answerer, request):
+            yield AnswerProgress("measuring")
+
     def decoder(self, answerer: Answerer, request: AnswerRequest, found: Found) -> tuple[Decoder, list[str]]:
         """The Speedup decoder of (target, draft): what it learns (acceptance calibration, the draft
         bandit, the probe schedule) outlives one answer. A draft that cannot work with the target is
-        explained, and the mode speculates from retrieval alone."""
-        name, notes = self.draft_name(answerer, request), []
-        draft: Backend | None = None
-        if name is not None:
-            try:
-                draft = answerer.models.draft(name)
-            except LOAD_ERRORS as exc:
-                notes.append(f"draft model {name} is unusable: {exc}. Speculating from retrieval only.")
-                name = None
+        explained, and the mode speculates from retrieval alone. The first decoder on a machine
+        times the models' forwards (their cost curves, kept on disk): the answer's notes say so."""
+        name, draft, why = self._draft(answerer, request)
+        notes = [why] if why else []
+        timed = self._to_measure(answerer, request)
+        t0 = time.perf_counter()
         decoder = answerer.runtime((self.id, name),
                                    lambda: RasdDecoder(answerer.engine.backend, answerer.config.rasd, draft=draft))
+        if timed:
+            notes.append(f"Speedup timed this machine's forward passes of {' and '.join(b.name for b in timed)} "
+                         f"once, before this answer ({time.perf_counter() - t0:.1f} s of its set-up; kept on disk, "
+                         "so later answers start at once)")
         # the datastore: the retrieved chunks (documents 0 .. k-1, so a copy's document is its chunk),
         # the conversation and the question (the prompt's own tokens are added by the decoder's prefill)
         decoder.set_documents([h.text for h in found.hits] + [m["content"] for m in request.history]

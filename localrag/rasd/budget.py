@@ -42,6 +42,11 @@ from localrag.config import default_cache_dir
 PROBE_KS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
 
 
+def probe_sizes(max_k: int) -> list[int]:
+    """The tree sizes a cost curve up to ``max_k`` is measured at."""
+    return [k for k in PROBE_KS if k <= max_k] or [1]
+
+
 def device_key(backend: Backend) -> str:
     """What T(k) depends on: the model file, backend kind, offload, kernels, threads, machine."""
     fid = backend.name
@@ -136,7 +141,7 @@ class CostModel:
         rng = np.random.default_rng(0)
         ctx = rng.integers(100, min(backend.n_vocab, 20000), size=context).tolist()
         backend.prefill(ctx)
-        ks = [k for k in PROBE_KS if k <= max_k] or [1]
+        ks = probe_sizes(max_k)
         toks = rng.integers(100, min(backend.n_vocab, 20000), size=max(ks)).tolist()
         times: dict[int, list[float]] = {k: [] for k in ks}
         for rep in range(reps + 1):  # round-robin over k, so load spikes hit every size alike
@@ -160,23 +165,36 @@ class CostModel:
         out = np.maximum.accumulate(np.asarray(out)).tolist()
         return cls(ks, out)
 
+    @staticmethod
+    def _path(key: str) -> Path:
+        return default_cache_dir() / "cost" / f"{hashlib.sha1(key.encode()).hexdigest()[:16]}.json"
+
+    @classmethod
+    def stored(cls, backend: Backend, max_k: int) -> CostModel | None:
+        """The curve measured earlier for this model on this machine (on disk), or None."""
+        key = device_key(backend)
+        path = cls._path(key)
+        try:
+            d = json.loads(path.read_text())
+            # measure() probes the sizes of PROBE_KS up to max_k: a curve reaching the largest is enough
+            if d.get("key") == key and max(d["k"]) >= max(probe_sizes(max_k)):
+                return cls(d["k"], [m / 1e3 for m in d["ms"]])
+        except (ValueError, KeyError, OSError):
+            pass
+        return None
+
     @classmethod
     def load_or_measure(cls, backend: Backend, max_k: int, refresh: bool = False) -> CostModel:
-        key = device_key(backend)
-        name = hashlib.sha1(key.encode()).hexdigest()[:16]
-        path = default_cache_dir() / "cost" / f"{name}.json"
-        if not refresh and path.exists():
-            try:
-                d = json.loads(path.read_text())
-                if d.get("key") == key and max(d["k"]) >= min(max_k, PROBE_KS[-1]):
-                    return cls(d["k"], [m / 1e3 for m in d["ms"]])
-            except (ValueError, KeyError, OSError):
-                pass
+        """The stored curve, else one measured now (seconds) and stored for the next time."""
+        model = None if refresh else cls.stored(backend, max_k)
+        if model is not None:
+            return model
+        path = cls._path(device_key(backend))
         model = cls.measure(backend, max_k)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps({"key": key, **model.to_dict()}))
+            tmp.write_text(json.dumps({"key": device_key(backend), **model.to_dict()}))
             tmp.replace(path)
         except OSError:
             pass  # a read-only home is fine: measure again next time

@@ -82,6 +82,22 @@ class Step:
     forced: bool = False  # verified because a probe was due (Plan.probe), not because the bet cleared realism
 
 
+DRAFT_MAX_K = 8  # the draft's cost curve is probed up to chains of this length
+
+
+def _max_nodes(target: Backend, config: RasdConfig) -> int:
+    return max(1, min(config.max_nodes, target.max_leaves, target.n_batch - 1))
+
+
+def unmeasured(target: Backend, config: RasdConfig, draft: Backend | None = None) -> list[Backend]:
+    """The models a new RasdDecoder would time first (their cost curves are not on disk for this
+    machine yet): seconds of forwards each, once; the curve is kept for every later decoder."""
+    if not config.calibrate:
+        return []
+    need = [] if CostModel.stored(target, _max_nodes(target, config) + 1) else [target]
+    return need + ([draft] if draft is not None and not CostModel.stored(draft, DRAFT_MAX_K) else [])
+
+
 class RasdDecoder(Decoder):
     """The Speedup-mode decoder: its drafters, calibration and per-answer stats (module doc).
 
@@ -104,7 +120,7 @@ class RasdDecoder(Decoder):
         config = config or RasdConfig()
         self.target = target
         self.config = config
-        self.max_nodes = max(1, min(config.max_nodes, target.max_leaves, target.n_batch - 1))
+        self.max_nodes = _max_nodes(target, config)
         if cost is None:
             cost = CostModel.load_or_measure(target, self.max_nodes + 1) if config.calibrate else CostModel.linear()
         self.cost = cost
@@ -150,7 +166,7 @@ class RasdDecoder(Decoder):
         cfg = self.config
         if not cfg.calibrate:
             return DraftModel(draft, cfg, chain=bool(cfg.draft_chain))
-        dcost = CostModel.load_or_measure(draft, 8)
+        dcost = CostModel.load_or_measure(draft, DRAFT_MAX_K)
         self._draft_t1 = dcost(1)
         chain = dcost.steep() if cfg.draft_chain is None else cfg.draft_chain
         slope = (self.cost(9) - self.cost(1)) / 8  # target verify cost per extra node

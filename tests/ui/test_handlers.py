@@ -453,7 +453,7 @@ def test_stats_line_variants():
     stats = AnswerStats(total_s=2.0, generation=GenerationStats(generated_tokens=20, decode_seconds=2.0,
                                                                 decoder=decoder))
     line = stats_line("rasd", stats)
-    assert line == "⚡ Speedup (RASD) · 10.0 tok/s · 3.00 accepted tokens/step · 2.00× vs plain (est.) · 20 tokens · 2.0 s"
+    assert line == "⚡ Speedup (RASD) · 10.0 tok/s · 3.00 accepted tokens/step · 2.00× vs plain (est. from measured step times) · 20 tokens · 2.0 s"
     assert stats_line("specrag", stats).startswith("⚡ Grounded (Speculative RAG) · ")  # an older chat's mode name
     assert accepted_per_step(stats) == [1, 2] and accepted_per_step(None) == []
 
