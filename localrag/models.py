@@ -118,6 +118,12 @@ QWEN_CODER_0_5B = ChunkedModel(
     draft_for=QWEN_CODER_1_5B.name,
 )
 CHUNKED = {r.name: r for r in (QWEN_CODER_1_5B, QWEN_CODER_0_5B)}
+# What each registry model is good for, in the models listing and the page's model line.
+GOOD_FOR = {
+    "smollm2-135m-instruct": "SMOLLM2_GOOD_FOR",
+    "gemma3-270m": "GEMMA_GOOD_FOR",
+    **{name: record.good_for for name, record in CHUNKED.items()},
+}
 
 
 def _smollm2_path(models_dir: Path, progress: Progress | None = None) -> Path:

@@ -190,7 +190,7 @@ def test_models_lists_good_files_and_marks_bad_ones(tmp_path):
     assert "1066 MiB" in target and target.endswith("target (default), draft: qwen2.5-coder-0.5b-instruct")
     assert "469 MiB" in draft and draft.endswith("draft for qwen2.5-coder-1.5b-instruct")
     assert sum("not assembled yet" in line and "scripts/setup.sh" in line for line in lines) == 2
-    assert sum(line.startswith("  good for: ") for line in lines) == 2
+    assert sum(line.startswith("  good for: ") for line in lines) == 4  # every registry model says it
     assert not list(models.glob("qwen*"))
 
 

@@ -67,13 +67,14 @@ from localrag.bench.common import output
 from localrag.bench.data import SUITES, Prompt, load_prompts_file, load_suite
 from localrag.bench.speed_peer import PEER_METHODS, CppPeers, PeerUnavailable, is_peer_method, peer_tools
 from localrag.bench.speed_report import first_divergence, print_report, slim, summarise
-from localrag.config import GenerationConfig, ModelConfig, RasdConfig
+from localrag.config import DEFAULT_MODEL, GenerationConfig, ModelConfig, RasdConfig
 from localrag.engine import Engine
 from localrag.generation import Decoder, Generation, PlainDecoder, Sampler
-from localrag.models import ModelError
+from localrag.models import ModelError, drafts_for
 from localrag.rasd import RasdDecoder, load_draft
 from localrag.rasd.budget import CostModel
 
+AUTO = "auto"  # --draft: the registry's draft for --model
 METHODS = ("plain", "plain-cached", "pld", "retrieval", "draft", "rasd", *PEER_METHODS)
 
 
@@ -81,8 +82,10 @@ def add_bench_cli(sub) -> None:
     p = sub.add_parser("speed", help="RASD speedup vs plain decoding and prompt lookup")
     p.add_argument("--suite", default="docqa", help=f"one of {', '.join(SUITES)} (comma list allowed)")
     p.add_argument("--prompts", default=None, help="JSONL file of {prompt, docs?} (instead of --suite data)")
-    p.add_argument("--model", default="smollm2-135m-instruct")
-    p.add_argument("--draft", default=None, help="draft model (same vocabulary) for the draft/rasd methods")
+    p.add_argument("--model", default=DEFAULT_MODEL)
+    p.add_argument("--draft", default=AUTO,
+                   help="draft model (same vocabulary) for the draft/rasd methods: auto = the registry's draft "
+                        "for --model (the 0.5B for the default 1.5B; none for the others), none, or a name/path")
     p.add_argument("--backend", choices=("llamacpp", "hf"), default="llamacpp")
     p.add_argument("--device", default=None, help="hf: cuda, mps or cpu (default: LOCALRAG_HF_DEVICE or the first)")
     p.add_argument("--dtype", default=None, help="hf: float32, bf16 or fp16 (default: LOCALRAG_HF_DTYPE or by device)")
@@ -363,7 +366,15 @@ def copy_bound(sources: Sequence[Sequence[int]], answer: Sequence[int], cost: Ca
     return (n - 1) * cost(1) / best[1]
 
 
+def chosen_draft(model: str, draft: str | None) -> str | None:
+    """--draft as a model to load: auto = the registry's draft for ``model`` (None if it has none)."""
+    if draft == AUTO:
+        return next(iter(drafts_for(model)), None)
+    return None if draft in (None, "", "none") else draft
+
+
 def cmd_speed(args) -> int:
+    args.draft = chosen_draft(args.model, args.draft)
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     extra = _extra_methods(args)
     bad = [m for m in methods if m not in METHODS and m not in extra and not is_peer_method(m)]

@@ -16,7 +16,7 @@ from pathlib import Path
 from localrag.config import DEFAULT_MODEL, GenerationConfig, ModelConfig, RasdConfig
 from localrag.engine import Engine
 from localrag.generation import Decoder
-from localrag.models import CHUNKED, ModelError, ModelInfo, NotAssembled, drafts_for, list_models
+from localrag.models import CHUNKED, GOOD_FOR, ModelError, ModelInfo, NotAssembled, drafts_for, list_models
 from localrag.rasd import RasdDecoder, load_draft
 
 
@@ -104,8 +104,8 @@ def cmd_models(args) -> int:
         size = f"{r.size_bytes / 2**20:.0f} MiB"
         template = "yes" if r.has_chat_template else "no"
         print(f"{r.name:28} {size:>9} {r.architecture:10} {r.vocab_size:>7} {r.context_length:>7} {template:8} {_role(r.name)}")
-        if r.name in CHUNKED:
-            print(f"  good for: {CHUNKED[r.name].good_for}")
+        if r.name in GOOD_FOR:
+            print(f"  good for: {GOOD_FOR[r.name]}")
         print(f"  {r.path}")
     return 0
 
@@ -137,6 +137,7 @@ def _info_dict(r: ModelInfo | ModelError) -> dict:
         "context_length": r.context_length,
         "chat_template": r.has_chat_template,
         **_registry_dict(r.name),
+        **({"good_for": GOOD_FOR[r.name]} if r.name in GOOD_FOR else {}),
     }
 
 

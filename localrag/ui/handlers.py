@@ -21,7 +21,7 @@ from pathlib import Path
 from localrag.app.history import ChatInfo, Turn, make_title
 from localrag.app.services import Services
 from localrag.app.serving import QueueFull, Ticket, ordinal
-from localrag.models import BUNDLED, ModelError, ModelInfo, inspect_gguf, list_models, resolve
+from localrag.models import BUNDLED, GOOD_FOR, ModelError, ModelInfo, inspect_gguf, list_models, resolve
 from localrag.modes import option_fields
 from localrag.results import AnswerProgress, AnswerResult
 from localrag.ui.render import (
@@ -265,7 +265,8 @@ def describe_model(model: str) -> str:
     if info.context_length:
         parts.append(f"{info.context_length:,}-token context")
     parts.append(f"`{Path(info.path)}`")
-    return "📦 " + " · ".join(parts)
+    good = f"  \nGood for: {GOOD_FOR[model]}" if model in GOOD_FOR else ""
+    return "📦 " + " · ".join(parts) + good
 
 
 def size_text(n: int) -> str:

@@ -86,6 +86,8 @@ def test_bench_speed_runs_on_a_prompts_file(tmp_path):
         "localrag",
         "bench",
         "speed",
+        "--model",
+        "smollm2-135m-instruct",
         "--prompts",
         str(f),
         "--n",

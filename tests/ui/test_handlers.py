@@ -560,10 +560,12 @@ def test_a_model_given_by_path_is_shown_with_its_file_size_and_architecture(make
 
 
 def test_a_registry_model_is_described_too_and_a_missing_file_says_nothing(make_services):
+    from localrag.models import GOOD_FOR
     from localrag.ui.handlers import describe_model
 
     about = describe_model("smollm2-135m-instruct")
     assert about.startswith("📦 `") and ".gguf` · " in about and "llama" in about
+    assert about.endswith(f"Good for: {GOOD_FOR['smollm2-135m-instruct']}")  # what the picker says it is for
     assert describe_model("/no/such/model.gguf") == "" and describe_model("") == ""
 
 
