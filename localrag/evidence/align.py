@@ -24,7 +24,7 @@ from localrag.evidence.text import (
     stem,
     word_tokens,
 )
-from localrag.rasd.retrieval import SuffixIndex
+from localrag.rasd.datastore import SuffixIndex
 from localrag.results import (
     AlignmentStats,
     AnswerEvidence,

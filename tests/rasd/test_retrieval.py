@@ -7,8 +7,8 @@ import time
 import numpy as np
 
 from localrag.config import RasdConfig
+from localrag.rasd.datastore import Datastore, SuffixIndex, suffix_array
 from localrag.rasd.phases import fuse, prune_retrieval
-from localrag.rasd.retrieval import Datastore, SuffixIndex, suffix_array
 from localrag.rasd.tree import DRAFT, TokenTree
 
 
