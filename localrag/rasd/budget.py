@@ -17,7 +17,6 @@ from dataclasses import replace
 from localrag.config import RasdConfig
 from localrag.rasd.cost import (
     MATCH_CLASS_START,
-    MATCH_CLASS_TRUST,
     TREE_PROBE_CAP,
     Backoff,
     Calibrator,
@@ -42,7 +41,6 @@ class Budget:
         self.config = config
         self.cost = cost
         self.calibrator = calibrator
-        self.trust = MATCH_CLASS_TRUST  # what a bucket's raw confidence is worth per match class
         self.max_nodes = max_nodes
         # plain steps since the last speculative step, and the run that forces a probe (see
         # ``_schedule_probe``). Kept across answers: in a chat where nothing is worth copying,
@@ -57,6 +55,12 @@ class Budget:
         # proposals plain steps did not verify, to learn from later: (tree, bucket keys, index of the
         # answer token its depth-1 nodes predict)
         self._unverified: list[tuple[TokenTree, list[tuple], int]] = []
+
+    @property
+    def trust(self) -> tuple[float, ...]:
+        """What a bucket's raw confidence is worth per match class, before data (the calibrator's
+        prior, ``cost.MATCH_CLASS_TRUST``)."""
+        return self.calibrator.trust
 
     def start_answer(self) -> None:
         self._unverified = []

@@ -247,6 +247,7 @@ class Calibrator:
 
     def __init__(self, prior_weight: float = 2.0):
         self.weight = prior_weight
+        self.trust = MATCH_CLASS_TRUST  # per match class: what a raw confidence is worth, before data
         self.hits: dict[tuple, list[float]] = {}  # bucket -> [accepted, rejected]
         self.pooled: dict[str, list[float]] = {}  # source -> [accepted, rejected] over all its buckets
         self.n_updates = 0
@@ -270,7 +271,7 @@ class Calibrator:
 
     def mean(self, key: tuple) -> float:
         """Posterior mean of the bucket."""
-        raw = self.MIDS[key[1]] * MATCH_CLASS_TRUST[key[2]]
+        raw = self.MIDS[key[1]] * self.trust[key[2]]
         pa, pr = self.pooled.get(key[0], (0.0, 0.0))
         prior = (pa + self.weight * raw) / (pa + pr + self.weight)  # the source's posterior
         a, r = self.hits.get(key, (0.0, 0.0))

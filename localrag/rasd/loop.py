@@ -33,7 +33,14 @@ from localrag.rasd.budget import Budget
 from localrag.rasd.cost import Calibrator, CostModel
 from localrag.rasd.datastore import Datastore
 from localrag.rasd.phases import Plan, Proposal, Step, source_name
-from localrag.rasd.proposers import DRAFT_MAX_K, CopiedToken, DraftProposer, GraftProposer, RetrievalProposer
+from localrag.rasd.proposers import (
+    DRAFT_MAX_K,
+    CopiedToken,
+    DraftProposer,
+    GraftProposer,
+    Proposer,
+    RetrievalProposer,
+)
 from localrag.rasd.tree import TokenTree
 from localrag.results import RasdStats
 
@@ -153,10 +160,10 @@ class RasdDecoder(Decoder):
                     vt = prop.tree.select(plan_.keep)
                     t0 = time.perf_counter()
                     rows = backend.eval_tree(vt.tokens, vt.parents)  # (n, V) views, valid until the next decode
-                    # accept, losslessly (accept.py): greedy follows the child that is the target's
-                    # argmax, and the argmax where none is the bonus; sampling accepts child c with
-                    # probability p_res(c) = p'(c) / (1 - rejected siblings' mass) and samples the
-                    # bonus from the residual, so every token is distributed as plain decoding's
+                    # accept, losslessly (accept.py): greedy follows the child whose token is the
+                    # target's argmax (no child is: that argmax is the bonus token); sampling accepts
+                    # child c with p_res(c) = p'(c) / (1 - mass of its rejected siblings) and samples
+                    # the bonus from the residual, so every token is distributed as plain decoding's
                     path, bonus = accept(vt, rows, sampler)
                     self._record_rows(rows, path)
                     backend.commit_path(path)  # commit: root + accepted path stay in the KV
@@ -226,7 +233,8 @@ class RasdDecoder(Decoder):
         """A verified tree: its calibration trials (the budget), its provenance (the proposers) and
         the per-source counts."""
         self.budget.learn(vt, old, keys, path)
-        for proposer in (self.retrieval, self.draft, self.graft):
+        proposers: tuple[Proposer | None, ...] = (self.retrieval, self.draft, self.graft)
+        for proposer in proposers:
             if proposer is not None:
                 proposer.observe(vt, path, len(self._answer))
         st, on_path = self.stats, set(path)
