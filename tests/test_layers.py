@@ -10,8 +10,11 @@ code cannot drift apart. And no code outside ``localrag/modes/`` decides by a mo
 from __future__ import annotations
 
 import ast
+import inspect
 import re
 from pathlib import Path
+
+from localrag.rasd.loop import RasdDecoder
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "localrag"
@@ -161,3 +164,9 @@ def test_gradio_stays_in_the_ui_and_no_spec_module_remains():
         for node in ast.walk(tree):
             if isinstance(node, ast.ClassDef):
                 assert not node.name.startswith("Spec"), f"{mod}.{node.name}"
+
+
+def test_the_rasd_decode_loop_fits_in_forty_lines():
+    """propose, plan, verify, accept, commit: the whole step reads as one short function."""
+    lines = inspect.getsource(RasdDecoder.steps).splitlines()
+    assert len(lines) <= 40, len(lines)

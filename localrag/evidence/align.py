@@ -24,7 +24,6 @@ from localrag.evidence.text import (
     stem,
     word_tokens,
 )
-from localrag.rasd.retrieval import SuffixIndex
 from localrag.results import (
     AlignmentStats,
     AnswerEvidence,
@@ -33,6 +32,7 @@ from localrag.results import (
     SentenceEvidence,
     Signals,
 )
+from localrag.textindex import SuffixIndex
 
 
 def _sigmoid(z: float) -> float:

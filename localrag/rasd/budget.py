@@ -1,347 +1,206 @@
-"""Cost-aware node budget: measured verify cost T(k) and calibrated acceptance.
+"""The budget: one object per decoder that decides what speculation may spend and learns from it.
 
-Speculation pays only when the expected accepted tokens per second beat plain
-decoding. Both sides are measured on this machine, never assumed:
+``Budget`` owns the measured cost curve (``CostModel``), the acceptance calibrator (``Calibrator``,
+with its match-class trust), the probe schedule (``Backoff``) and the draft bandit. The loop asks
+it three things each step (is a probe due, could a retrieval tree pay, which nodes to verify) and
+tells it one (what the step did: ``observe``). The maths is in ``cost.py`` and ``phases.py``;
+the design in docs/design.md ("The cost model and the budget").
 
-* ``CostModel``: T(k) = seconds for one target forward over k tokens on top of a
-  few hundred tokens of context, timed at load for k in 1..max_nodes and cached
-  on disk per (model file, backend, device, threads) under LOCALRAG_CACHE_DIR
-  (default ~/.cache/localrag). Linear interpolation between measured points;
-  corrected online from every timed step (``observe``), since the machine's load
-  when the curve was cached need not be its load now.
-* ``Calibrator``: P(node accepted | parent accepted), learned online per
-  (source, confidence bucket) with a Beta prior, from every verified node whose
-  parent was accepted, and planned with a one-standard-deviation lower bound. A
-  node's acceptance estimate a(v) is the product along its path, so
-  E[tokens per step] = 1 + sum_v a(v).
-* ``plan``: over best-first prefixes of the candidate nodes, maximise
-  (1 + sum a) / (T(k + 1) + overhead); if the best is below plain's 1 / T(1)
-  (times ``min_gain``), take a plain step instead.
-
-    cost = CostModel.load_or_measure(target, max_k=64)
-    k, gain = plan(ranked_estimates, cost, overhead_s)
+    budget = Budget(config, CostModel.load_or_measure(target, 65), Calibrator(), max_nodes=64)
+    plan = budget.plan(proposal, force=budget.probe_due(), depth=12)
 """
 
 from __future__ import annotations
 
-import bisect
-import contextlib
-import hashlib
-import json
-import os
-import platform
-import time
-from collections.abc import Sequence
-from pathlib import Path
+from dataclasses import replace
 
-import numpy as np
+from localrag.config import RasdConfig
+from localrag.rasd.cost import (
+    MATCH_CLASS_START,
+    TREE_PROBE_CAP,
+    Backoff,
+    Calibrator,
+    CostModel,
+    DraftBandit,
+    match_class,
+    plan,
+)
+from localrag.rasd.phases import Plan, Proposal, Step, choose, estimate, keys_for
+from localrag.rasd.tree import RETRIEVAL, TokenTree
 
-from localrag.backends.base import Backend
-from localrag.config import default_cache_dir
-
-PROBE_KS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
-
-
-def probe_sizes(max_k: int) -> list[int]:
-    """The tree sizes a cost curve up to ``max_k`` is measured at."""
-    return [k for k in PROBE_KS if k <= max_k] or [1]
+# the primitives, importable from here as before
+__all__ = ["Backoff", "Budget", "Calibrator", "CostModel", "DraftBandit", "match_class", "plan"]
 
 
-def device_key(backend: Backend) -> str:
-    """What T(k) depends on: the model file, backend kind, offload, kernels, threads, machine."""
-    fid = backend.name
-    if backend.model_spec is not None:
-        path = Path(backend.model_spec.path)
-        with contextlib.suppress(OSError):
-            st = path.stat()
-            fid = f"{path.resolve()}:{st.st_size}:{int(st.st_mtime)}"
-    parts = [
-        type(backend).__name__,
-        fid,
-        f"gpu={backend.device_label}",
-        f"deterministic={backend.deterministic}",
-        f"threads={backend.config.n_threads or os.cpu_count()}",
-        f"host={platform.node()}:{platform.machine()}:{os.cpu_count()}",
-    ]
-    return "|".join(parts)
+class Budget:
+    """Cost curve, calibrator, probe schedule and draft bandit of one decoder (module doc).
 
+    What it learns outlives one answer (``start_answer`` clears only the per-answer part)."""
 
-class CostModel:
-    """T(k) in seconds for a forward pass over k new tokens (k = root + drafted nodes)."""
+    def __init__(self, config: RasdConfig, cost: CostModel, calibrator: Calibrator, max_nodes: int):
+        self.config = config
+        self.cost = cost
+        self.calibrator = calibrator
+        self.max_nodes = max_nodes
+        # plain steps since the last speculative step, and the run that forces a probe (see
+        # ``_schedule_probe``). Kept across answers: in a chat where nothing is worth copying,
+        # every new answer would otherwise pay its first lost probes again.
+        self.probes = Backoff(config.probe_every, TREE_PROBE_CAP * config.probe_every)
+        self.plain_run = 0
+        # run the draft model or not, by the realised tokens/s of steps with and without it; kept
+        # across answers like the calibrator, so one unlucky step at the start of an answer cannot
+        # switch off a draft that earlier answers showed pays
+        self.draft_arm = DraftBandit(1.0 / cost(1), config.probe_every)
+        self._pays: tuple = (None, [])  # may_pay's cache: (stamp, pays per match-length class)
+        # proposals plain steps did not verify, to learn from later: (tree, bucket keys, index of the
+        # answer token its depth-1 nodes predict)
+        self._unverified: list[tuple[TokenTree, list[tuple], int]] = []
 
-    def __init__(self, ks: Sequence[int], seconds: Sequence[float]):
-        self.ks = np.asarray(ks, dtype=np.float64)  # (m,) measured sizes, ascending
-        self.sec = np.asarray(seconds, dtype=np.float64)  # (m,) the curve's shape, at load factor 1
-        self.load = 1.0  # the whole curve scales by this (moved by plain steps in O(1))
-        self._table: list[float] = []  # shape at k for k < ks[-1] + 2, precomputed
-        self._refresh()
+    @property
+    def trust(self) -> tuple[float, ...]:
+        """What a bucket's raw confidence is worth per match class, before data (the calibrator's
+        prior, ``cost.MATCH_CLASS_TRUST``)."""
+        return self.calibrator.trust
 
-    def __call__(self, k: int) -> float:
-        if k < len(self._table):
-            return self._table[k] * self.load
-        return self._interp(k) * self.load
+    def start_answer(self) -> None:
+        self._unverified = []
 
-    def _interp(self, k: int) -> float:
-        if k <= self.ks[-1]:
-            return float(np.interp(k, self.ks, self.sec))
-        slope = (self.sec[-1] - self.sec[-2]) / max(self.ks[-1] - self.ks[-2], 1.0)
-        return float(self.sec[-1] + slope * (k - self.ks[-1]))
-
-    def observe(self, k: int, seconds: float, rate: float = 0.1) -> None:
-        """Online correction from a measured forward over k tokens.
-
-        The cached curve may come from a busier (or quieter) moment than now. In log
-        space, the measured/predicted ratio moves: for k = 1 (a plain step) the
-        whole curve, by `rate` (a load change scales every k alike, and plain steps
-        are all that is observed while speculation does not pay; one multiply, as it
-        runs after every plain step); for k > 1 the two probe points bracketing k, by
-        `rate` times their interpolation weight (the shape). Outliers (a GC pause, a
-        page fault) are clipped to a factor 4 so one of them cannot wreck the curve.
-        """
-        if seconds <= 0 or k < 1:
-            return
-        ratio = min(max(seconds / self(k), 0.25), 4.0)
-        if k == 1:
-            self.load *= ratio**rate
-            return
-        ks = self.ks
-        j = int(np.searchsorted(ks, k))  # ks[j-1] < k <= ks[j]
-        if j == 0 or j >= len(ks):  # outside the probed sizes: the nearest end point
-            self.sec[min(j, len(ks) - 1)] *= ratio**rate
-        else:
-            w = (k - ks[j - 1]) / (ks[j] - ks[j - 1])
-            self.sec[j - 1] *= ratio ** (rate * (1.0 - w))
-            self.sec[j] *= ratio ** (rate * w)
-        self.sec = np.maximum.accumulate(self.sec)
-        self._refresh()
-
-    def _refresh(self) -> None:
-        self._table = np.interp(np.arange(int(self.ks[-1]) + 2), self.ks, self.sec).tolist()
-
-    def steep(self) -> bool:
-        """A 4-token forward costs over 1.6x a 1-token one: batching buys little (a small CPU), so
-        a tree's side branches are paid almost in full, and a chain is what can pay."""
-        return self(4) > 1.6 * self(1)
-
-    def to_dict(self) -> dict:
-        return {"k": self.ks.astype(int).tolist(), "ms": [round(float(s) * self.load * 1e3, 3) for s in self.sec]}
-
-    @classmethod
-    def linear(cls, base_s: float = 0.01, per_token_s: float = 0.003) -> CostModel:
-        """An unmeasured guess (unit tests, calibrate=False)."""
-        ks = [1, 64]
-        return cls(ks, [base_s + per_token_s * (k - 1) for k in ks])
-
-    @classmethod
-    def measure(cls, backend: Backend, max_k: int, context: int = 256, reps: int = 3) -> CostModel:
-        """Time chains of k tokens on top of `context` tokens; restores an empty cache after.
-
-        The backend's committed context is cleared (call this at load, before prompts)."""
-        backend.reset()
-        rng = np.random.default_rng(0)
-        ctx = rng.integers(100, min(backend.n_vocab, 20000), size=context).tolist()
-        backend.prefill(ctx)
-        ks = probe_sizes(max_k)
-        toks = rng.integers(100, min(backend.n_vocab, 20000), size=max(ks)).tolist()
-        times: dict[int, list[float]] = {k: [] for k in ks}
-        for rep in range(reps + 1):  # round-robin over k, so load spikes hit every size alike
-            for k in ks:
-                t0 = time.perf_counter()
-                if k == 1:
-                    backend.decode_one(toks[0])
-                    backend.truncate(context)
-                else:
-                    # a two-branch tree: what speculation really runs (several KV sequences)
-                    parents = [-1] + [i - 1 for i in range(1, k)]
-                    if k >= 4:
-                        parents[k // 2] = 0
-                    backend.eval_tree(toks[:k], parents)
-                    backend.commit_path([])
-                if rep:  # the first round warms up
-                    times[k].append(time.perf_counter() - t0)
-        out = [float(np.median(times[k])) for k in ks]
-        backend.reset()
-        # a curve that is not monotone is noise: make it non-decreasing
-        out = np.maximum.accumulate(np.asarray(out)).tolist()
-        return cls(ks, out)
-
-    @staticmethod
-    def _path(key: str) -> Path:
-        return default_cache_dir() / "cost" / f"{hashlib.sha1(key.encode()).hexdigest()[:16]}.json"
-
-    @classmethod
-    def stored(cls, backend: Backend, max_k: int) -> CostModel | None:
-        """The curve measured earlier for this model on this machine (on disk), or None."""
-        key = device_key(backend)
-        path = cls._path(key)
-        try:
-            d = json.loads(path.read_text())
-            # measure() probes the sizes of PROBE_KS up to max_k: a curve reaching the largest is enough
-            if d.get("key") == key and max(d["k"]) >= max(probe_sizes(max_k)):
-                return cls(d["k"], [m / 1e3 for m in d["ms"]])
-        except (ValueError, KeyError, OSError):
-            pass
-        return None
-
-    @classmethod
-    def load_or_measure(cls, backend: Backend, max_k: int, refresh: bool = False) -> CostModel:
-        """The stored curve, else one measured now (seconds) and stored for the next time."""
-        model = None if refresh else cls.stored(backend, max_k)
-        if model is not None:
-            return model
-        path = cls._path(device_key(backend))
-        model = cls.measure(backend, max_k)
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps({"key": device_key(backend), **model.to_dict()}))
-            tmp.replace(path)
-        except OSError:
-            pass  # a read-only home is fine: measure again next time
-        return model
-
-
-# Match-length classes of the calibrator's buckets: 0..3 tokens each their own, then 4-7, 8-15 and
-# 16+. Measured on the bundled models' document QA (the top retrieval chain against plain's output):
-# the first node is accepted 33% of the time after a 1-token match, 57% after 2, 72-87% after 4-7
-# and 89% after 8 or more, where on average 7 tokens in a row are.
-MATCH_CLASS_START = (0, 1, 2, 3, 4, 8, 16)  # the shortest match length of each class
-# What a bucket's raw confidence is worth, per match class, before any data: about the first-node
-# acceptance of a unique continuation measured there (document QA and chat, both bundled models).
-# Class 0 is a draft model's (no match): its probabilities are taken as they are.
-MATCH_CLASS_TRUST = (1.0, 0.3, 0.5, 0.65, 0.75, 0.85, 0.9)
-
-
-def match_class(match_len: int) -> int:
-    """The class of a match length (0 and below: class 0, no match)."""
-    return max(0, bisect.bisect_right(MATCH_CLASS_START, match_len) - 1)
-
-
-class Calibrator:
-    """P(child accepted | parent accepted) per (source, bucket), Beta posterior means, pooled per source.
-
-    A bucket is (source, confidence bucket, match length). Its prior is centred on the
-    pooled posterior of its whole source (every bucket of the same scorer and origin,
-    itself starting from the bucket's raw confidence: draft probability or retrieval
-    frequency, scaled by ``MATCH_CLASS_TRUST``), with weight ``prior_weight``.
-    So a bucket seen for the first time starts from what its source has shown so far
-    (a model that paraphrases rather than quotes makes every retrieval bucket start
-    low), and its own data replaces that within a few steps. Nothing here depends on
-    the hardware.
-
-    ``realism``: per scorer ("r": retrieval frequencies, "d": draft probabilities), EMA of
-    realised / expected gain of speculative steps. The estimates are per node and per bucket;
-    where they run optimistic for this model pair (correlated rejections, a model that drifts
-    off the source text), speculation must promise proportionally more before it is tried
-    (min_gain / realism). Per scorer because the two err apart: a near-copy draft runs
-    pessimistic while retrieval runs optimistic. (Per scorer and match class was measured
-    worse: each class pays its own losing bets before it backs off.) Shared with the buckets,
-    so a new answer starts from what earlier answers showed.
-    """
-
-    EDGES = (0.02, 0.1, 0.25, 0.5, 0.75, 0.9)  # buckets of the raw confidence (draft p or frequency ratio)
-    MIDS = (0.01, 0.06, 0.175, 0.375, 0.625, 0.825, 0.95)
-
-    def __init__(self, prior_weight: float = 2.0):
-        self.weight = prior_weight
-        self.hits: dict[tuple, list[float]] = {}  # bucket -> [accepted, rejected]
-        self.pooled: dict[str, list[float]] = {}  # source -> [accepted, rejected] over all its buckets
-        self.n_updates = 0
-        self.realism: dict[str, float] = {}  # scorer -> EMA of realised / expected gain
-        self.n_gains = 0
-
-    def realism_of(self, scorer: str) -> float:
-        return self.realism.get(scorer, 1.0)
-
-    def observe_gain(self, realised: float, expected: float, scorer: str) -> None:
-        """One speculative step's realised and expected speedup over a plain step."""
-        r = 0.8 * self.realism_of(scorer) + 0.2 * realised / expected
-        self.realism[scorer] = min(max(r, 0.25), 1.5)
-        self.n_gains += 1
-
-    def key(self, source: str, confidence: float, match_len: int = 0) -> tuple:
-        """A node's bucket. match_len: the context suffix its prediction rests on (for a retrieval
-        node at depth d below a match of m tokens: m + d - 1, see ``phases.keys_for``)."""
-        b = bisect.bisect_right(self.EDGES, confidence)
-        return (source, b, match_class(match_len))
-
-    def mean(self, key: tuple) -> float:
-        """Posterior mean of the bucket."""
-        raw = self.MIDS[key[1]] * MATCH_CLASS_TRUST[key[2]]
-        pa, pr = self.pooled.get(key[0], (0.0, 0.0))
-        prior = (pa + self.weight * raw) / (pa + pr + self.weight)  # the source's posterior
-        a, r = self.hits.get(key, (0.0, 0.0))
-        return (a + self.weight * prior) / (a + r + self.weight)
-
-    def p(self, key: tuple) -> float:
-        """What the budget plans with: the posterior mean less one posterior standard deviation.
-
-        The plan picks the buckets that look best, so an estimate from a few lucky trials would
-        win bets it should not (the winner's curse); the deduction shrinks as data accumulate
-        (Beta variance m(1 - m) / (n + 1), n = trials + prior weight)."""
-        m = self.mean(key)
-        a, r = self.hits.get(key, (0.0, 0.0))
-        return max(0.0, m - (m * (1.0 - m) / (a + r + self.weight + 1.0)) ** 0.5)
-
-    def update(self, key: tuple, accepted: bool) -> None:
-        i = 0 if accepted else 1
-        self.hits.setdefault(key, [0.0, 0.0])[i] += 1.0
-        self.pooled.setdefault(key[0], [0.0, 0.0])[i] += 1.0
-        self.n_updates += 1
-
-
-def plan(
-    estimates: Sequence[float], cost: CostModel, overhead_s: float = 0.0, min_gain: float = 1.0
-) -> tuple[int, float]:
-    """Best number of drafted nodes k (0 = plain step) and its expected speedup over plain.
-
-    estimates: a(v) for the candidate nodes in best-first, ancestor-closed order.
-    Expected tokens for the first k nodes: 1 + sum(a[:k]) (the bonus token is free);
-    their cost: T(k + 1) (root + k nodes in one forward) + overhead_s (drafting).
-    """
-    t1 = cost(1)
-    best_k, best_rate = 0, 1.0 / t1
-    tokens = 1.0
-    for k, a in enumerate(estimates, start=1):
-        tokens += a
-        rate = tokens / (cost(k + 1) + overhead_s)
-        if rate > best_rate:
-            best_k, best_rate = k, rate
-    gain = best_rate * t1
-    if best_k and gain < min_gain:
-        return 0, 1.0
-    return best_k, gain
-
-
-class DraftBandit:
-    """Run the draft model this step or not: a two-armed bandit on realised tokens/s.
-
-    Each arm's rate is an EMA of the tokens/s of its steps (drafting time included). Once the
-    draft arm falls behind, a probe runs it again after ``wait`` steps without it (doubling
-    after each lost probe, up to 1024). A probe's rate REPLACES the draft arm's estimate
-    instead of blending into it: that estimate is exactly what the probe doubts, and blended
-    at 0.2 a single bad first step would outweigh several winning probes.
-    """
-
-    def __init__(self, plain_rate: float, probe_every: int):
-        self.rate = {"draft": float("inf"), "nodraft": plain_rate}
-        self.base = probe_every
-        self.wait = probe_every
-        self.skipped = 0  # steps without the draft since it last ran
-
+    # --- asked before a step -------------------------------------------------------------
     def probe_due(self) -> bool:
-        """The draft is behind, and has waited long enough to be tried again."""
-        return self.rate["draft"] < self.rate["nodraft"] and self.skipped >= self.wait
+        """A probe: verify this step even if the estimates say no."""
+        return self.plain_run >= self.probes.wait
 
     def use_draft(self) -> bool:
-        return self.rate["draft"] >= self.rate["nodraft"] or self.skipped >= self.wait
+        """Run the draft model this step: when its steps have paid better than steps without it
+        (the bandit), or to re-probe it."""
+        return not self.config.use_budget or self.draft_arm.use_draft()
 
-    def record(self, used_draft: bool, rate: float) -> None:
-        probe = used_draft and self.skipped >= self.wait
-        arm = "draft" if used_draft else "nodraft"
-        old = self.rate[arm]
-        self.rate[arm] = rate if (probe or old == float("inf")) else 0.8 * old + 0.2 * rate
-        if probe:
-            won = self.rate["draft"] >= self.rate["nodraft"]
-            self.wait = self.base if won else min(self.wait * 2, 1024)
-        self.skipped = 0 if used_draft else self.skipped + 1
+    def draft_probe_due(self) -> bool:
+        return self.draft_arm.probe_due()
+
+    def may_pay(self, match_len: int, steps: int) -> bool:
+        """Could any retrieval tree for a match this long beat plain? (skip building it if not).
+
+        Upper bound: a chain whose node d has the best calibrated acceptance of any bucket of its
+        match class (a match of match_len + d - 1 tokens, see ``phases.keys_for``).
+        Cached per match-length class until the calibrator learns 64 more trials or 32 steps pass
+        (the cost curve drifts slowly), so a run of plain steps costs a lookup only every
+        ``loop.SHADOW_EVERY`` steps (to learn from, ``learn_unverified``)."""
+        if not self.config.use_budget:
+            return True
+        cal = self.calibrator
+        stamp = (cal.n_updates // 64, cal.n_gains, steps // 32)
+        if self._pays[0] != stamp:
+            best = [max(cal.p(cal.key(f"r{RETRIEVAL}", c, length)) for c in cal.MIDS) for length in MATCH_CLASS_START]
+            need, pays = self.config.min_gain / cal.realism_of("r"), []
+            for length in MATCH_CLASS_START:  # one per match class, at its shortest length
+                chain, a = [], 1.0
+                for d in range(1, self.config.max_depth + 1):  # node d continues a (length + d - 1) match
+                    a *= best[match_class(length + d - 1)]
+                    chain.append(a)
+                pays.append(plan(chain, self.cost, 0.0, need)[0] > 0)
+            self._pays = (stamp, pays)
+        pays = self._pays[1]
+        return pays[match_class(match_len)] if match_len else any(pays[1:])
+
+    def plan(self, prop: Proposal, force: bool, depth: int) -> Plan:
+        """Calibration keys, the nodes to verify and the expected gain.
+
+        Bets must clear min_gain after the correction for how this scorer's estimates have
+        fared lately (realism); paths are capped at `depth` (what the answer can still take).
+
+        A due probe (`force`) verifies the estimates' own best bet without that correction, so
+        realism, which only bets can move, cannot lock speculation out for good; where no bet
+        clears min_gain even so, a draft tree's single best node is verified (a calibration trial;
+        retrieval nodes need none: unverified proposals are learned from, ``learn_unverified``)."""
+        cfg, cal = self.config, self.calibrator
+        keys = keys_for(prop, cal)
+        acc = estimate(prop, keys, cal)
+        need = cfg.min_gain / cal.realism_of(prop.scorer)
+        capped = cfg if depth == cfg.max_depth else replace(cfg, max_depth=depth)
+        keep, gain = choose(prop, acc, capped, self.cost, 0.0, False, self.max_nodes, need)
+        if keep or not force:
+            return Plan(keys, keep, gain, bet=bool(keep))
+        if need > cfg.min_gain:  # realism held the bet back: the probe makes it without that correction
+            keep, gain = choose(prop, acc, capped, self.cost, 0.0, False, self.max_nodes, cfg.min_gain)
+        if keep or not prop.draft_scored:
+            return Plan(keys, keep, gain, bet=bool(keep), probe=bool(keep))
+        keep, gain = choose(prop, acc, capped, self.cost, 0.0, True, self.max_nodes, cfg.min_gain)
+        return Plan(keys, keep, gain, probe=True)
+
+    def beats_draft(self, prop: Proposal, depth: int) -> Plan | None:
+        """The plan of a retrieval-only proposal, if it promises more tokens/s than the draft's
+        steps realise (then the step skips the draft model: a long verbatim match is free to
+        propose, while the draft pays a forward per drafted token). The retrieval side is the
+        expected gain corrected by how such estimates have fared lately (realism); the draft side
+        is measured."""
+        plan_ = self.plan(prop, False, depth)
+        # a plan made with force=False that verifies nodes is what force=True would make
+        rate = (plan_.gain or 0.0) * self.calibrator.realism_of(prop.scorer) / self.cost(1)
+        return plan_ if plan_.keep and rate >= self.draft_arm.rate["draft"] else None
+
+    # --- told after a step ---------------------------------------------------------------
+    def learn(self, vt: TokenTree, old: list[int], keys: list[tuple], path: list[int]) -> None:
+        """Every verified node whose parent was accepted is one Bernoulli trial of its bucket.
+        old: the proposal index of every node of `vt` (keys are by proposal index)."""
+        on_path = set(path)
+        for i in range(1, len(vt)):
+            if vt.parents[i] in on_path:
+                self.calibrator.update(keys[old[i]], i in on_path)
+
+    def defer(self, prop: Proposal, plan_: Plan, start: int) -> None:
+        """A proposal a plain step did not verify: learn from it once the answer holds the tokens
+        from index `start` on, which its depth-1 nodes predict."""
+        if len(prop.tree) > 1:
+            self._unverified.append((prop.tree, plan_.keys, start))
+
+    def learn_unverified(self, answer: list[int], final: bool = False) -> None:
+        """Calibrate on proposals a plain step did not verify, once the answer holds the tokens
+        they predicted (at the answer's end: those it holds). Greedy, a node would have been
+        accepted iff it equals the model's token there; sampling, the token the model sampled
+        equals a retrieval node's with the probability that verification accepts it (p_target).
+        So every lookup teaches the budget, speculated on or not, and a model that stops copying
+        (or starts) is seen without betting on it."""
+        pending = []
+        for tree, keys, start in self._unverified:
+            if not final and len(answer) < start + tree.max_depth():
+                pending.append((tree, keys, start))
+                continue
+            matched = [True] + [False] * (len(tree) - 1)
+            for v in range(1, len(tree)):  # parents come before children
+                at = start + tree.depths[v] - 1  # the answer token node v predicts
+                if matched[tree.parents[v]] and at < len(answer):
+                    matched[v] = tree.tokens[v] == answer[at]
+                    self.calibrator.update(keys[v], matched[v])
+        self._unverified = pending
+
+    def observe(self, step: Step, prop: Proposal, plan_: Plan, seconds: float, with_draft: bool) -> None:
+        """The cost curve's load, the probe schedule, realism and the draft bandit, from one step.
+        `seconds` is the whole step, proposing included; with_draft: the decoder has a draft model."""
+        vt = step.tree
+        size = vt.n_drafted if vt is not None else 0
+        self.cost.observe(len(vt) if vt is not None else 1, step.seconds)
+        if vt is None:
+            self.plain_run += 1
+        else:
+            self._schedule_probe(step)
+        steady = seconds - prop.catchup_s  # what this step costs with the draft kept in sync
+        if size and plan_.bet and plan_.gain is not None:
+            # realised gain over plain (tokens in this step's time at T(1) each) against the
+            # expected gain with the drafting time the step paid (the plan took it as sunk)
+            t_tree = self.cost(size + 1)
+            expected = plan_.gain * t_tree / (t_tree + prop.draft_s - prop.catchup_s)
+            self.calibrator.observe_gain(len(step.tokens) * self.cost(1) / steady, expected, prop.scorer)
+        if with_draft:
+            self.draft_arm.record(prop.draft_scored, len(step.tokens) / steady)
+
+    def _schedule_probe(self, step: Step) -> None:
+        """A forced probe doubles the wait before the next one, won or lost: it is one trial for
+        the calibrator, which then decides whether steps pay on their own. A step the budget chose
+        itself that beat plain (more tokens than plain steps would have made in its verify time)
+        resets the wait."""
+        self.plain_run = 0
+        if step.forced:
+            self.probes.back_off()
+        elif len(step.tokens) * self.cost(1) >= step.seconds:
+            self.probes.reset()

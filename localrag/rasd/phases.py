@@ -1,6 +1,7 @@
 """RASD phases: propose (retrieval, draft) -> prune -> fuse -> estimate -> budget.
 
-One function per phase; ``decode.py`` runs them in order each step and then
+One function per phase; the proposers (``proposers.py``) build a candidate tree with the first
+three and the budget (``budget.Budget``) plans it with the last two; the loop (``loop.py``) then
 verifies the result in one target forward pass.
 
 * ``prune_retrieval``: score every retrieval node with the draft model
@@ -11,7 +12,7 @@ verifies the result in one target forward pass.
 * ``fuse``: longest-prefix fusion of the pruned retrieval tree into the draft tree.
 * ``graft``: the retrieval continuations of context + draft chain, below the chain's
   last node (no draft forward proposes them; the budget verifies what pays).
-* ``estimate``: calibrated acceptance a(v) per node (budget.Calibrator) and the
+* ``estimate``: calibrated acceptance a(v) per node (cost.Calibrator) and the
   bucket key each node is calibrated under.
 * ``choose``: the ancestor-closed best-first prefix the cost curve pays for.
 """
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from localrag.config import RasdConfig
-from localrag.rasd.budget import Calibrator, CostModel, plan
+from localrag.rasd.cost import Calibrator, CostModel, plan
 from localrag.rasd.draft import DraftModel
 from localrag.rasd.tree import DRAFT, RETRIEVAL, TokenTree
 
@@ -40,11 +41,34 @@ class Proposal:
     catchup_s: float = 0.0  # of which: prefilling tokens accepted while the draft was off
     graft_from: int = 0  # nodes from here on are retrieval continuations grafted below a draft chain
     graft_match_len: int = 0  # their suffix match length
+    tip: int = 0  # a draft chain's last node (0: no chain), where continuations are grafted
+    trie: TokenTree | None = None  # a lookup's retrieval trie, unpruned (for a proposer to score)
 
     @property
     def scorer(self) -> str:
         """Whose confidences `cond` holds: "d" draft probabilities, "r" retrieval frequencies."""
         return "d" if self.draft_scored else "r"
+
+
+@dataclass
+class Plan:
+    """What the budget decided for one proposal."""
+
+    keys: list[tuple]  # calibration bucket of every proposal node
+    keep: list[int]  # proposal nodes to verify, root first; [] = a plain step
+    gain: float | None  # expected tokens/s over plain; None when the budget is off
+    bet: bool = False  # the estimates chose it (its outcome moves realism); a calibration trial does not
+    probe: bool = False  # verified because a probe was due, not because the budget said it pays
+
+
+@dataclass
+class Step:
+    """One target forward and what it emitted."""
+
+    tokens: list[int]  # accepted path + the bonus token (a plain step: the one next token)
+    seconds: float  # the forward pass (verification or plain decode), timed
+    tree: TokenTree | None = None  # the verified tree (None: a plain step)
+    forced: bool = False  # verified because a probe was due (Plan.probe), not because the bet cleared realism
 
 
 def prune_retrieval(

@@ -7,9 +7,10 @@ import time
 import numpy as np
 
 from localrag.config import RasdConfig
+from localrag.rasd.datastore import Datastore
 from localrag.rasd.phases import fuse, prune_retrieval
-from localrag.rasd.retrieval import Datastore, SuffixIndex, suffix_array
 from localrag.rasd.tree import DRAFT, TokenTree
+from localrag.textindex import SuffixIndex, suffix_array
 
 
 def test_suffix_array_sorts_suffixes_as_lists_compare():
