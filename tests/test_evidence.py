@@ -179,6 +179,16 @@ def test_an_empty_answer_has_no_evidence(aligner):
     assert aligner.align("Anything at all.", []).sentences[0].reason == "not found in the sources"
 
 
+def test_a_sentence_without_a_word_claims_nothing(aligner):
+    """"...", a lone dash or a quoted full stop (the model wrote them, bench qa met one) are no claim:
+    checked without error, no sentence of their own, and a real sentence beside them keeps its evidence."""
+    for answer in ("...", "—", '"."'):
+        ev = aligner.align(answer, CHUNKS, question=QUESTION)
+        assert ev.sentences == () and not ev.supported and ev.cited == ()
+    ev = aligner.align("The mirror was polished by Marta Ilves. —", CHUNKS, question=QUESTION)
+    assert [(s.start, s.end) for s in ev.sentences] == [(0, 39)] and ev.supported and ev.cited == ("zephyr",)
+
+
 def test_non_english_text():
     de = Chunk("de", "Das Teleskop steht auf dem Berg Kora. Sein Hauptspiegel ist 4,2 Meter breit und wurde "
                      "1998 von Marta Ilves poliert.")

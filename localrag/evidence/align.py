@@ -148,7 +148,9 @@ class EvidenceAligner:
         prepared = [self._prepare(c.text) for c in chunks]
         question_tokens = self.tokenize(question)
         question_stems = {stem(t.norm) for t in question_tokens if is_content(t)}
-        found = [self._sentence(answer, a, b, chunks, prepared, question_stems) for a, b in split_sentences(answer)]
+        # a "sentence" without a word ("...", a lone dash) claims nothing: it has no evidence to find
+        spans = [(a, b) for a, b in split_sentences(answer) if self.tokenize(answer[a:b])]
+        found = [self._sentence(answer, a, b, chunks, prepared, question_stems) for a, b in spans]
         embeddings, relevance = self._embedding_signal(question, found)
         judged, judge_seconds = self._judge_signal(question, found)
         sentences = tuple(self._finish(f, emb, jd) for f, emb, jd in zip(found, embeddings, judged, strict=True))
