@@ -101,7 +101,10 @@ QWEN_CODER_1_5B = ChunkedModel(
     """),
     size=1_117_320_768,
     sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
-    good_for="writing, explaining and fixing code, questions over technical docs (chat template, 32k context)",
+    good_for="the default: answers from your documents (SQuAD, 60 questions: 18 of 21 answerable right, mean F1 80) "
+             "and code; on 2 CPU cores it reads a prompt at ~76 tokens/s and writes ~26 tokens/s (llama-bench), so a "
+             "5-chunk question waits tens of seconds for its first word; a follow-up over the same chunks reads only its new "
+             "tokens",
 )
 QWEN_CODER_0_5B = ChunkedModel(
     name="qwen2.5-coder-0.5b-instruct",
@@ -114,14 +117,17 @@ QWEN_CODER_0_5B = ChunkedModel(
     """),
     size=491_400_064,
     sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
-    good_for="drafting for the 1.5B in Speedup (--mode rasd --draft); quick code answers where the 1.5B is too slow",
+    good_for="Speedup's draft for the 1.5B (same tokenizer); alone, quicker answers than the 1.5B where it is too "
+             "slow: reads ~172 and writes ~51 tokens/s on 2 CPU cores",
     draft_for=QWEN_CODER_1_5B.name,
 )
 CHUNKED = {r.name: r for r in (QWEN_CODER_1_5B, QWEN_CODER_0_5B)}
 # What each registry model is good for, in the models listing and the page's model line.
 GOOD_FOR = {
-    "smollm2-135m-instruct": "SMOLLM2_GOOD_FOR",
-    "gemma3-270m": "GEMMA_GOOD_FOR",
+    "smollm2-135m-instruct": "a weak laptop, or trying the app: fast (reads ~365, writes ~146 tokens/s on 2 CPU cores) "
+                             "but rarely right (SQuAD, 60 questions: 0 of 21 answerable right, mean F1 7)",
+    "gemma3-270m": "a base model without a chat template that continues and copies text, where Speedup gains most "
+                   "(1.56x plain on document QA); reads ~500, writes ~72 tokens/s on 2 CPU cores; not for questions",
     **{name: record.good_for for name, record in CHUNKED.items()},
 }
 
