@@ -455,13 +455,14 @@ def set_max_tokens(page, n: int) -> None:
 
 
 def wait_writing(page, question: str, timeout_s: float = 120) -> None:
-    """Until the answer to ``question`` is being written: some text, no stats line yet. The pending
-    answer's "⏳ ..." status (waiting in line, reading the prompt: a long message) is not text yet."""
+    """Until the answer to ``question`` (COUNT) is being written: numbers written, no stats line yet.
+    Any 30 characters were not enough: the pending answer's "⏳ Reading your documents: ..." status
+    is as long, and a Stop then came before the first token (0 tokens, seen in the suite)."""
     deadline = time.time() + timeout_s
     while time.time() < deadline:
         answer = page.locator("#chatbot").inner_text().split(question)[-1]
         assert "⚡" not in answer, f"the answer ended before the test could act on it:\n{answer[-500:]}"
-        if len(answer.strip()) > 30 and "⏳" not in answer:
+        if "⏳" not in answer and re.search(r"\d+\s*,\s*\d+\s*,\s*\d+", answer):
             return
         time.sleep(0.1)
     raise AssertionError(f"no answer to {question!r} within {timeout_s} s")
