@@ -166,6 +166,16 @@ def watch_console(page) -> list[str]:
     return seen
 
 
+def open_app(pw, url: str):
+    """Chromium on the app's page (1600x1000, 60 s timeouts): (browser, page, its console messages)."""
+    browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    page = browser.new_page(viewport={"width": 1600, "height": 1000})
+    page.set_default_timeout(60_000)
+    console = watch_console(page)
+    page.goto(url)
+    return browser, page, console
+
+
 def assert_fully_shown(page, container: str, text: str) -> None:
     """``text`` is rendered whole inside ``container``: not clipped, not pushed out of view."""
     cell = page.locator(container).get_by_text(text, exact=False).filter(visible=True).first
@@ -213,11 +223,7 @@ def test_the_default_model_answers_and_a_pdf_citation_opens_its_page(app, tmp_pa
     make_pdf(docs / "report.pdf", REPORT_PAGES)
     app.start()
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1600, "height": 1000})
-        page.set_default_timeout(60_000)
-        console = watch_console(page)
-        page.goto(app.url)
+        browser, page, console = open_app(pw, app.url)
         page.wait_for_selector("#upload-files")
         folder_zone = page.locator("#upload-folder").inner_text()
         assert "Drop a folder here" in folder_zone and "Drop File Here" not in folder_zone, folder_zone
@@ -325,11 +331,7 @@ def test_refusals_a_stopped_ingest_the_modes_and_a_restart(small_app, tmp_path):
     notes = many_notes(tmp_path / "notes", 20, 8000)  # ~1,000 chunks: seconds to embed, time to press Stop
     app.start()
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1600, "height": 1000})
-        page.set_default_timeout(60_000)
-        console = watch_console(page)
-        page.goto(app.url)
+        browser, page, console = open_app(pw, app.url)
         page.wait_for_selector("#upload-files")
         page.set_input_files("#upload-files input[type=file]", [str(docs / "zephyr.md"), str(docs / "garden.txt")])
         assert "2 added" in wait_text(page, "#ingest-summary", r"Done", 240)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.ui.test_browser import CHROMIUM, CHROMIUM_ARGS, GARDEN, ZEPHYR, App, wait_text, watch_console
+from tests.ui.test_browser import CHROMIUM, GARDEN, ZEPHYR, App, open_app, wait_text
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -33,11 +33,7 @@ def test_keep_a_folder_in_sync_from_the_page(app, tmp_path):
     (folder / "zephyr.md").write_text(ZEPHYR)
     app.start()
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1600, "height": 1000})
-        page.set_default_timeout(60_000)
-        console = watch_console(page)
-        page.goto(app.url)
+        browser, page, console = open_app(pw, app.url)
         page.fill("#watch-path textarea, #watch-path input", str(folder))
         page.click("#watch-add")
         assert "Keeping" in wait_text(page, "#watch-note", r"Keeping", 30)
