@@ -63,16 +63,16 @@ class SpeedupMode(PlainMode):
         except LOAD_ERRORS as exc:
             return None, None, f"draft model {name} is unusable: {exc}. Speculating from retrieval only."
 
-    def _to_measure(self, answerer: Answerer, request: AnswerRequest) -> list[Backend]:
+    def _to_measure(self, answerer: Answerer, name: str | None, draft: Backend | None) -> list[Backend]:
         """The models whose step costs the first decoder of this (target, draft) times (none once
         they are on disk for this machine): the wait before a first Speedup answer."""
-        name, draft, _ = self._draft(answerer, request)
         if answerer.has_runtime((self.id, name)):
             return []
         return unmeasured(answerer.engine.backend, answerer.config.rasd, draft)
 
     def getting_ready(self, answerer: Answerer, request: AnswerRequest) -> Iterator[AnswerProgress]:
-        if self._to_measure(answerer, request):
+        name, draft, _ = self._draft(answerer, request)
+        if self._to_measure(answerer, name, draft):
             yield AnswerProgress("measuring")
 
     def decoder(self, answerer: Answerer, request: AnswerRequest, found: Found) -> tuple[Decoder, list[str]]:
@@ -82,7 +82,7 @@ class SpeedupMode(PlainMode):
         times the models' forwards (their cost curves, kept on disk): the answer's notes say so."""
         name, draft, why = self._draft(answerer, request)
         notes = [why] if why else []
-        timed = self._to_measure(answerer, request)
+        timed = self._to_measure(answerer, name, draft)
         t0 = time.perf_counter()
         decoder = answerer.runtime((self.id, name),
                                    lambda: RasdDecoder(answerer.engine.backend, answerer.config.rasd, draft=draft))
