@@ -2,8 +2,8 @@
 ``llama-speculative-simple``), built on demand, all in one build.
 
 They are built from the llama.cpp sources that the installed llama-cpp-python vendors (its sdist
-from PyPI), with the x86-64-v3 flags ``scripts/setup.sh`` uses for the Python build, so the
-programs run the same kernels as our own llama.cpp backend. Each program is built once and cached
+from PyPI), with the CPU flags ``scripts/setup.sh`` built the Python package with (recorded in the
+virtualenv), so the programs run the same kernels as our own llama.cpp backend. Each program is built once and cached
 under ``default_cache_dir() / "llama.cpp" / "<version>-<flags hash>" / "bin"``:
 
     exe = llama_programs(["llama-server"])["llama-server"]    # minutes on 2 cores the first time
@@ -21,7 +21,6 @@ import fcntl
 import hashlib
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -33,16 +32,15 @@ from pathlib import Path
 import llama_cpp
 
 from localrag.config import default_cache_dir
+from localrag.cpu_flags import detected_flags
 
 __all__ = ["PROGRAMS", "BuildUnavailable", "build_dir", "cmake_flags", "llama_programs"]
 
 # one build makes them all: the libraries are the build's cost, so a program asked for later would
 # pay it again (measured: 15 min of wall time for two more programs on 2 loaded cores)
 PROGRAMS = ("llama-server", "llama-lookup", "llama-bench", "llama-speculative-simple")
-# The same x86-64 flags as scripts/setup.sh passes to the llama-cpp-python build (portable
-# x86-64-v3, no -march=native: native enables AMX on CPUs whose VM may not grant it).
-X86_64_FLAGS = ("-DGGML_NATIVE=OFF", "-DGGML_AVX=ON", "-DGGML_AVX2=ON", "-DGGML_FMA=ON", "-DGGML_F16C=ON",
-                "-DGGML_BMI2=ON")
+# the flags scripts/setup.sh built llama-cpp-python with (it writes them here)
+SETUP_FLAGS = Path(sys.prefix) / ".localrag-cmake-args"
 # only the programs asked for and the libraries they link are built (cmake --build --target); no
 # tests, no curl or TLS, and the server without its web UI: LLAMA_USE_PREBUILT_UI would download it
 BUILD_FLAGS = ("-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=OFF", "-DLLAMA_BUILD_COMMON=ON",
@@ -57,11 +55,13 @@ class BuildUnavailable(RuntimeError):
 
 
 def cmake_flags() -> tuple[str, ...]:
-    """CMAKE_ARGS as given (as scripts/setup.sh passes them through), else the portable x86-64 set."""
+    """CMAKE_ARGS as given, else the flags setup.sh built llama-cpp-python with, else this CPU's."""
     given = os.environ.get("CMAKE_ARGS", "").split()
     if given:
         return tuple(given)
-    return X86_64_FLAGS if platform.machine() in ("x86_64", "AMD64") else ()
+    if SETUP_FLAGS.exists():
+        return tuple(SETUP_FLAGS.read_text().split())
+    return detected_flags()
 
 
 def build_dir() -> Path:

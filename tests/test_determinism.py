@@ -92,9 +92,15 @@ def test_multi_turn_speedup_with_tree_steps_equals_fresh_plain(smollm2_engine, s
 def test_gemma_speedup_and_cache_equal_plain(gemma_engine, sources):
     """Gemma-3: K-quant weights (the tiled and repacked GEMMs) and sliding-window attention layers."""
     engine = gemma_engine
-    chunks = selected(sources, 3)
-    ids = rag_prompt(engine, QUESTIONS[1], chunks)
-    plain = answer(engine, ids, PlainDecoder(), max_tokens=128).tokens
+    # the first chunk selection and question whose answer is long enough to hold tree steps: the
+    # base model often answers "I'm not sure." (13 tokens), and which prompts it does so on moves
+    # with the build's rounding (AVX2 or AVX-512 kernels) and with edits to the documentation
+    for k in range(3, 11):
+        chunks = selected(sources, k)
+        ids = rag_prompt(engine, QUESTIONS[k % 2], chunks)
+        plain = answer(engine, ids, PlainDecoder(), max_tokens=128).tokens
+        if len(plain) >= 16:
+            break
     assert len(plain) >= 16
     assert through_prompt_cache(engine, ids, max_tokens=128).tokens == plain
     decoder = RasdDecoder(engine.backend, ALWAYS, documents=[c.text for c in chunks], cost=CHEAP)

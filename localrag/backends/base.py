@@ -55,6 +55,12 @@ class Backend(ABC):
         return "cpu"
 
     @property
+    def build_label(self) -> str:
+        """The kernels' build (library version and CPU/GPU features), for cost caches: a rebuild
+        with other flags changes T(k). "" where nothing is known."""
+        return ""
+
+    @property
     def n_past(self) -> int:
         return len(self.tokens)
 

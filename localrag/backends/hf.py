@@ -325,6 +325,10 @@ class HFBackend(Backend):
     def device_label(self) -> str:
         return str(self.device)
 
+    @property
+    def build_label(self) -> str:
+        return f"torch {torch.__version__} {self.dtype}"
+
     def chat_template(self) -> str | None:
         return getattr(self.tokenizer, "chat_template", None) or None
 

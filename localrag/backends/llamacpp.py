@@ -181,6 +181,11 @@ class LlamaCppBackend(Backend):
     def device_label(self) -> str:
         return f"gpu layers {self.gpu_layers}" if self.gpu_layers else "cpu"
 
+    @property
+    def build_label(self) -> str:
+        info = lc.llama_print_system_info().decode("utf-8", errors="replace")
+        return f"llama.cpp {lc.__version__} {info.strip()}"
+
     def chat_template(self) -> str | None:
         tmpl = lc.llama_model_chat_template(self._model, None)
         return tmpl.decode("utf-8") if tmpl else None

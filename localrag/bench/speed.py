@@ -3,6 +3,7 @@
     python -m localrag bench speed --suite docqa --model gemma3-270m --n 4 --max-new-tokens 64
     python -m localrag bench speed --suite chat --methods plain,pld,rasd --json
     python -m localrag bench speed --prompts my.jsonl --draft smollm2-135m-instruct
+    python -m localrag bench speed --suite docqa --methods plain,rasd,llama-lookup,llama-speculative-d8
     python -m localrag bench speed --backend hf --draft smollm2-135m-instruct --max-depth 24 --draft-nodes 24
 
 Methods (every prompt runs every method back to back, ``--repeats`` rounds, each run from an
@@ -21,6 +22,9 @@ empty cache, so machine load hits all alike):
              draft length or N, and plain C++ decoding at the prompt's depth; built on demand from
              the llama.cpp that llama-cpp-python vendors, skipped with the reason when
              they cannot be built
+  llama-speculative[-dN][-pP], llama-speculative-ngram[-dN][-pP]
+             llama.cpp's draft-model speculative decoding with the same --draft model (a chain
+             of N, drafting stopped under probability P; -ngram: n-gram lookup first), needs --draft
 
 Per suite it reports:
   * how many prompts each method answered token for token as plain's first round did, in every
@@ -28,7 +32,8 @@ Per suite it reports:
   * the median speedup over plain: tokens/s ratios per prompt and round, each against the plain
     run of the same round (with ``--backend hf`` also against ``hf-plain``);
   * tokens/s (``tokens_per_s``, median over prompts x rounds), mean accepted tokens per target
-    forward, and every method's tokens/s over each llama-lookup peer's in the same round;
+    forward, and every method's tokens/s over each C++ speculative peer's (lookup and
+    draft-model) in the same round, with the best peer named;
   * a diagnostic for divergences: whether plain's top-2 logit margin there was below the
     measured batched-vs-single noise bound (a near-tie). The bound is the largest logit
     difference between plain's logits and the speculative decoders' own verification logits at
@@ -57,6 +62,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 from llama_cpp import Llama
@@ -65,7 +71,14 @@ from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 from localrag.backends.base import Backend
 from localrag.bench.common import output
 from localrag.bench.data import SUITES, Prompt, load_prompts_file, load_suite
-from localrag.bench.speed_peer import PEER_METHODS, CppPeers, PeerUnavailable, is_peer_method, peer_tools
+from localrag.bench.speed_peer import (
+    PEER_METHODS,
+    CppPeers,
+    PeerUnavailable,
+    is_peer_method,
+    needs_draft,
+    peer_tools,
+)
 from localrag.bench.speed_report import first_divergence, print_report, slim, summarise
 from localrag.config import DEFAULT_MODEL, GenerationConfig, ModelConfig, RasdConfig
 from localrag.engine import Engine
@@ -84,15 +97,17 @@ def add_bench_cli(sub) -> None:
     p.add_argument("--prompts", default=None, help="JSONL file of {prompt, docs?} (instead of --suite data)")
     p.add_argument("--model", default=DEFAULT_MODEL)
     p.add_argument("--draft", default=AUTO,
-                   help="draft model (same vocabulary) for the draft/rasd methods: auto = the registry's draft "
-                        "for --model (the 0.5B for the default 1.5B; none for the others), none, or a name/path")
+                   help="draft model (same vocabulary) for the draft/rasd/llama-speculative methods: auto = the "
+                        "registry's draft for --model (the 0.5B for the default 1.5B; none for the others), none, "
+                        "or a name/path")
     p.add_argument("--backend", choices=("llamacpp", "hf"), default="llamacpp")
     p.add_argument("--device", default=None, help="hf: cuda, mps or cpu (default: LOCALRAG_HF_DEVICE or the first)")
     p.add_argument("--dtype", default=None, help="hf: float32, bf16 or fp16 (default: LOCALRAG_HF_DTYPE or by device)")
     p.add_argument("--n", type=int, default=4, help="prompts per suite")
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--methods", default="plain,plain-cached,pld,retrieval,rasd",
-                   help=f"comma list of {','.join(METHODS)} or llama-lookup-dN (a draft of N tokens)")
+                   help=f"comma list of {','.join(METHODS)}, llama-lookup-dN (a draft of N tokens) or "
+                        "llama-speculative[-ngram]-dN-pP")
     p.add_argument("--repeats", type=int, default=3, help="interleaved rounds per prompt (median time)")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--no-deterministic", action="store_true",
@@ -381,8 +396,9 @@ def cmd_speed(args) -> int:
     if bad:
         print(f"error: unknown method(s) {bad}; choose from {list(METHODS) + list(extra)}", file=sys.stderr)
         return 2
-    if "draft" in methods and not args.draft:
-        print("error: method 'draft' needs --draft", file=sys.stderr)
+    drafted = [m for m in methods if m == "draft" or needs_draft(m)]
+    if drafted and not args.draft:
+        print(f"error: method(s) {', '.join(drafted)} need --draft", file=sys.stderr)
         return 2
     try:
         engine = _load_target(args)
@@ -404,7 +420,7 @@ def cmd_speed(args) -> int:
     pld = None
     if "pld" in methods and args.backend == "llamacpp":
         pld = PldRunner(str(engine.backend.model_spec.path), args.ctx, args.threads)
-    peers, skipped = _peers(methods, engine, args)
+    peers, skipped = _peers(methods, engine, args, draft)
     methods = [m for m in methods if m not in skipped]
     suites = [args.prompts] if args.prompts else [s.strip() for s in args.suite.split(",")]
     report = {"model": engine.model_name, "draft": args.draft, "deterministic": engine.backend.deterministic,
@@ -417,7 +433,8 @@ def cmd_speed(args) -> int:
     return output(report, args.json, print_report)
 
 
-def _peers(methods: list[str], engine: Engine, args) -> tuple[CppPeers | None, dict[str, str]]:
+def _peers(methods: list[str], engine: Engine, args,
+           draft: Backend | None) -> tuple[CppPeers | None, dict[str, str]]:
     """The C++ peers if any method needs them (built on first use), and the methods skipped with why."""
     wanted = [m for m in methods if is_peer_method(m)]
     if not wanted:
@@ -425,7 +442,8 @@ def _peers(methods: list[str], engine: Engine, args) -> tuple[CppPeers | None, d
     if args.backend != "llamacpp":
         return None, dict.fromkeys(wanted, "the C++ peers run GGUF models with llama.cpp: use --backend llamacpp")
     try:
-        return CppPeers(peer_tools(), engine, args.ctx), {}
+        draft_model = Path(draft.model_spec.path) if draft is not None and draft.model_spec else None
+        return CppPeers(peer_tools(), engine, args.ctx, draft_model), {}
     except PeerUnavailable as exc:
         print(f"bench speed: {', '.join(wanted)} skipped: {exc}", file=sys.stderr)
         return None, dict.fromkeys(wanted, str(exc))

@@ -6,6 +6,15 @@
                     Its decode speed is read from its own timing line ("decoded N tokens in S
                     seconds"), so model loading and the prompt prefill are not counted
   llama-lookup-dN   the same with a draft of N tokens (the issue compared 3 and 8)
+  llama-speculative[-dN][-pP]
+                    llama.cpp's draft-model speculative decoding (examples/speculative-simple,
+                    ``--spec-type draft-simple``) with the same draft model as Speedup (``--draft``):
+                    a chain of up to N drafted tokens (llama.cpp's default 3), drafting stopped
+                    where the draft's own probability falls under P (default 0: never)
+  llama-speculative-ngram[-dN][-pP]
+                    the same program with n-gram lookup in front of the draft model
+                    (``--spec-type ngram-simple,draft-simple``: this llama.cpp tries its proposers
+                    in order and takes the first draft), the closest C++ peer of RASD's fusion
   llama-bench       plain C++ decoding at the prompt's depth (``llama-bench -p 0 -d <prompt
                     tokens> -n <new tokens>``): how much of a gap is the Python loop around
                     llama.cpp rather than the algorithm
@@ -15,14 +24,16 @@ round, on llama.cpp's default kernels (the user's settings: greedy, the same thr
 The prompt is passed as the exact rendered text, checked to tokenize to the same ids as ours
 (the same chat template, BOS and special tokens), and decode time is the program's own.
 
-Both programs are built on demand from the llama.cpp sources that the installed llama-cpp-python
-vendors (its sdist from PyPI), with the x86-64-v3 flags ``scripts/setup.sh`` uses for the
-Python build, and cached under ``default_cache_dir() / "llama.cpp"`` (``localrag.llamacpp_build``,
+The programs are built on demand from the llama.cpp sources that the installed llama-cpp-python
+vendors (its sdist from PyPI), with the CPU flags ``scripts/setup.sh`` built the Python package
+with, and cached under ``default_cache_dir() / "llama.cpp"`` (``localrag.llamacpp_build``,
 which builds ``llama-server`` the same way):
 
     tools = peer_tools()                 # builds once (minutes on 2 cores); PeerUnavailable if it cannot
     run = run_lookup(tools, model, prompt_text, n_new=64, draft=3, threads=2, n_ctx=4096)
     print(run.n_tokens / run.decode_s)
+    spec = run_speculative(tools, model, draft_model, prompt_text, n_new=64, setting=DraftSetting(8, 0.0, False),
+                           threads=2, n_ctx=4096)
 """
 
 from __future__ import annotations
@@ -31,6 +42,7 @@ import json
 import re
 import subprocess
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,8 +53,10 @@ from localrag.engine import Engine
 from localrag.llamacpp_build import BuildUnavailable, llama_programs
 
 LOOKUP_METHOD = re.compile(r"llama-lookup(?:-d(\d+))?$")
-PEER_METHODS = ("llama-lookup", "llama-bench")  # and llama-lookup-dN
-TARGETS = ("llama-lookup", "llama-bench")
+SPEC_METHOD = re.compile(r"llama-speculative(-ngram)?(?:-d(\d+))?(?:-p([0-9.]+))?$")
+# and llama-lookup-dN, llama-speculative[-ngram][-dN][-pP]
+PEER_METHODS = ("llama-lookup", "llama-speculative", "llama-speculative-ngram", "llama-bench")
+TARGETS = ("llama-lookup", "llama-bench", "llama-speculative-simple")
 DECODED = re.compile(r"decoded\s+(\d+) tokens in\s+([0-9.]+) seconds")
 N_DRAFT = re.compile(r"n_draft\s+=\s+(\d+)")
 N_DRAFTED = re.compile(r"n_drafted\s+=\s+(\d+)")
@@ -57,12 +71,13 @@ PeerUnavailable = BuildUnavailable
 class PeerTools:
     lookup: Path
     bench: Path
+    speculative: Path
     version: str  # llama-cpp-python's version, whose vendored llama.cpp was built
 
 
 @dataclass(frozen=True)
 class LookupRun:
-    """One llama-lookup run, as the program itself timed it."""
+    """One llama-lookup or llama-speculative-simple run, as the program itself timed it."""
 
     n_tokens: int  # tokens it decoded (it stops after the step that passes n_new, so up to n_max more)
     decode_s: float  # its decode loop, prompt prefill excluded
@@ -72,10 +87,34 @@ class LookupRun:
     n_accept: int
 
 
+@dataclass(frozen=True)
+class DraftSetting:
+    """A llama-speculative method's knobs, from its name."""
+
+    n_max: int | None  # --spec-draft-n-max (None: llama.cpp's default)
+    p_min: float | None  # --spec-draft-p-min (None: llama.cpp's default)
+    ngram: bool  # n-gram lookup tried before the draft model
+
+
+def draft_setting(method: str) -> DraftSetting | None:
+    """The knobs of a llama-speculative method name; None for any other name."""
+    m = SPEC_METHOD.match(method)
+    if m is None:
+        return None
+    return DraftSetting(int(m.group(2)) if m.group(2) else None, float(m.group(3)) if m.group(3) else None,
+                        m.group(1) is not None)
+
+
+def needs_draft(method: str) -> bool:
+    """Whether a peer method runs a draft model (so ``bench speed`` needs ``--draft``)."""
+    return draft_setting(method) is not None
+
+
 def peer_tools() -> PeerTools:
     """The built programs; builds them first when missing (``localrag.llamacpp_build``). Raises PeerUnavailable."""
     programs = llama_programs(TARGETS)
-    return PeerTools(programs["llama-lookup"], programs["llama-bench"], llama_cpp.__version__)
+    return PeerTools(programs["llama-lookup"], programs["llama-bench"], programs["llama-speculative-simple"],
+                     llama_cpp.__version__)
 
 
 def lookup_command(tools: PeerTools, model: Path, prompt_file: Path, n_new: int, draft: int | None,
@@ -89,29 +128,59 @@ def lookup_command(tools: PeerTools, model: Path, prompt_file: Path, n_new: int,
     return cmd + (["--spec-draft-n-max", str(draft)] if draft is not None else [])
 
 
+def speculative_command(tools: PeerTools, model: Path, draft_model: Path, prompt_file: Path, n_new: int,
+                        setting: DraftSetting, threads: int, n_ctx: int) -> list[str]:
+    """llama-speculative-simple as lookup_command runs llama-lookup (greedy, default kernels, the
+    same -n convention), with the draft model on the same threads and context."""
+    types = "ngram-simple,draft-simple" if setting.ngram else "draft-simple"
+    cmd = [str(tools.speculative), "-m", str(model), "-md", str(draft_model), "--spec-type", types, "-f",
+           str(prompt_file), "-n", str(max(n_new - 1, 1)), "-c", str(n_ctx), "-t", str(threads), "-tb",
+           str(threads), "-td", str(threads), "--temp", "0", "--seed", "0", "--no-escape"]
+    if setting.n_max is not None:
+        cmd += ["--spec-draft-n-max", str(setting.n_max)]
+    if setting.p_min is not None:
+        cmd += ["--spec-draft-p-min", str(setting.p_min)]
+    return cmd
+
+
 def run_lookup(tools: PeerTools, model: Path, prompt_text: str, n_new: int, draft: int | None, threads: int,
                n_ctx: int, timeout_s: float = 600.0) -> LookupRun:
     """One llama-lookup generation of `prompt_text` (tokenized by llama-lookup itself with BOS and
     special tokens parsed, like ``Engine.encode_prompt``)."""
-    with tempfile.TemporaryDirectory(prefix="lookup-") as tmp:
+    return _run_program(lambda f: lookup_command(tools, model, f, n_new, draft, threads, n_ctx), prompt_text,
+                        timeout_s)
+
+
+def run_speculative(tools: PeerTools, model: Path, draft_model: Path, prompt_text: str, n_new: int,
+                    setting: DraftSetting, threads: int, n_ctx: int, timeout_s: float = 600.0) -> LookupRun:
+    """One llama-speculative-simple generation of `prompt_text` (tokenized as run_lookup does)."""
+    return _run_program(lambda f: speculative_command(tools, model, draft_model, f, n_new, setting, threads, n_ctx),
+                        prompt_text, timeout_s)
+
+
+def _run_program(command: Callable[[Path], list[str]], prompt_text: str, timeout_s: float) -> LookupRun:
+    """Run ``command(prompt_file)`` on `prompt_text` written to a file, and parse what it printed."""
+    with tempfile.TemporaryDirectory(prefix="peer-") as tmp:
         prompt_file = Path(tmp) / "prompt.txt"
         # -f drops one trailing newline (a chat prompt ends with one: add one to be dropped);
         # --no-escape keeps backslashes in code as they are
         prompt_file.write_text(prompt_text + "\n", encoding="utf-8")
-        cmd = lookup_command(tools, model, prompt_file, n_new, draft, threads, n_ctx)
-        # cwd: it writes its (empty-named) dynamic n-gram cache file relative to it
+        cmd = command(prompt_file)
+        # cwd: llama-lookup writes its (empty-named) dynamic n-gram cache file relative to it
         proc = subprocess.run(cmd, capture_output=True, timeout=timeout_s, cwd=tmp)
     err = proc.stderr.decode("utf-8", errors="replace")
+    name = Path(cmd[0]).name
     if proc.returncode != 0:
-        raise RuntimeError(f"llama-lookup exited with {proc.returncode}: {err.strip()[-600:]}")
-    return parse_lookup(proc.stdout.decode("utf-8", errors="replace"), err, prompt_text)
+        raise RuntimeError(f"{name} exited with {proc.returncode}: {err.strip()[-600:]}")
+    return parse_lookup(proc.stdout.decode("utf-8", errors="replace"), err, prompt_text, name)
 
 
-def parse_lookup(stdout: str, stderr: str, prompt_text: str) -> LookupRun:
-    """Its timing and counts (stderr) and generated text (stdout: the prompt echoed, then the output)."""
+def parse_lookup(stdout: str, stderr: str, prompt_text: str, name: str = "llama-lookup") -> LookupRun:
+    """Its timing and counts (stderr) and generated text (stdout: the prompt echoed, then the output);
+    llama-lookup and llama-speculative-simple print the same lines."""
     decoded = DECODED.search(stderr)
     if decoded is None:
-        raise RuntimeError(f"llama-lookup printed no 'decoded ... tokens in ... seconds' line: {stderr[-600:]}")
+        raise RuntimeError(f"{name} printed no 'decoded ... tokens in ... seconds' line: {stderr[-600:]}")
     draft, drafted, accepted = N_DRAFT.search(stderr), N_DRAFTED.search(stderr), N_ACCEPT.search(stderr)
     at = stdout.find(prompt_text)  # echoed token by token (special tokens as text), after the BOS
     text = stdout[at + len(prompt_text):] if at >= 0 else stdout
@@ -134,16 +203,18 @@ def run_llama_bench(tools: PeerTools, model: Path, depth: int, n_new: int, threa
 
 # ------------------------------------------------------------------ the methods
 def is_peer_method(method: str) -> bool:
-    return method == "llama-bench" or LOOKUP_METHOD.match(method) is not None
+    return method == "llama-bench" or LOOKUP_METHOD.match(method) is not None or needs_draft(method)
 
 
 class CppPeers:
-    """Runs the peer methods for one loaded engine (its model file, threads and context size)."""
+    """Runs the peer methods for one loaded engine (its model file, threads and context size) and
+    the draft model file of the speculative ones (None: those methods are refused)."""
 
-    def __init__(self, tools: PeerTools, engine: Engine, n_ctx: int):
+    def __init__(self, tools: PeerTools, engine: Engine, n_ctx: int, draft_model: Path | None = None):
         self.tools = tools
         self.engine = engine
         self.model = Path(engine.backend.model_spec.path)
+        self.draft_model = draft_model
         self.threads = engine.backend.n_threads
         self.n_ctx = n_ctx
 
@@ -162,10 +233,17 @@ class CppPeers:
         if method == "llama-bench":
             tps = run_llama_bench(self.tools, self.model, len(ids), cfg.max_tokens, self.threads)
             return {"n": cfg.max_tokens, "decode_s": cfg.max_tokens / tps, "identical": None, "stats": {}}
-        m = LOOKUP_METHOD.match(method)
-        draft = int(m.group(1)) if m and m.group(1) else None
-        run = run_lookup(self.tools, self.model, self.peer_text(text, ids), cfg.max_tokens, draft, self.threads,
-                         self.n_ctx)
+        setting = draft_setting(method)
+        if setting is not None:
+            if self.draft_model is None:
+                raise ValueError(f"{method} needs a draft model")
+            run = run_speculative(self.tools, self.model, self.draft_model, self.peer_text(text, ids),
+                                  cfg.max_tokens, setting, self.threads, self.n_ctx)
+        else:
+            m = LOOKUP_METHOD.match(method)
+            draft = int(m.group(1)) if m and m.group(1) else None
+            run = run_lookup(self.tools, self.model, self.peer_text(text, ids), cfg.max_tokens, draft, self.threads,
+                             self.n_ctx)
         # its output runs on past the answer by up to a draft (and renders the end-of-turn token):
         # the same answer is plain's text followed by anything
         return {"n": run.n_tokens, "decode_s": run.decode_s, "identical": run.text.startswith(plain_text),

@@ -121,7 +121,7 @@ def summarise(result: dict, methods: list[str]) -> dict:
             "median_speedup": statistics.median(sp),
             "median_speedup_vs_hf_plain": statistics.median(sp_hf) if sp_hf else None,
             "tokens_per_s": statistics.median(tps),  # median over prompts x rounds
-            # tokens/s over each llama-lookup peer's in the same round, median over prompts x rounds
+            # tokens/s over each C++ speculative peer's in the same round, median over prompts x rounds
             "vs_peer": {p: statistics.median(v) for p, v in vs.items() if v},
             "mean_accepted": float(np.mean(acc)) if acc else None,
             # diagnostic: first-round divergences where plain's top-2 margin was within the noise bound
@@ -182,14 +182,21 @@ def print_report(report: dict) -> None:
         counts = ", ".join(f"{'plain repeated' if m == 'plain' else m} {r['identical']}/{r['compared']}"
                            for m, r in s.items() if m != "noise_bound" and r["identical"] is not None)
         print(f"\n== {suite}  identical to plain: {counts}")
-        columns = [("method", 15), ("ident", 6), ("speedup", 8), ("tok/s", 7), ("acc/step", 8), ("oracle/hw", 9),
+        width = max(15, *(len(m) + 1 for m in s if m != "noise_bound"))
+        columns = [("method", width), ("ident", 6), ("speedup", 8), ("tok/s", 7), ("acc/step", 8), ("oracle/hw", 9),
                    (" time split s   [diagnostic: near-tie divergences, noise bound max |dlogit| "
                     f"{nb['max_abs_logit_diff']:.3f}]", 0)]
         print(table(columns, [_method_cells(m, r) for m, r in s.items() if m != "noise_bound"]))
-        for m, r in s.items():
-            if m != "noise_bound" and r["vs_peer"]:
+        ours = {m: r for m, r in s.items() if m != "noise_bound" and not is_peer_method(m)}
+        for m, r in ours.items():
+            if r["vs_peer"]:
                 ratios = ", ".join(f"{p} {v:.2f}x" for p, v in r["vs_peer"].items())
                 print(f"  {m} tokens/s over {ratios}")
+        peers = {m: r["tokens_per_s"] for m, r in s.items() if is_peer_method(m) and m != "llama-bench"}
+        if peers:
+            best = max(peers, key=peers.get)
+            over = ", ".join(f"{m} {r['vs_peer'][best]:.2f}x" for m, r in ours.items() if best in r["vs_peer"])
+            print(f"  best C++ peer: {best} ({peers[best]:.1f} tok/s); over it: {over or '-'}")
         if s.get("plain", {}).get("copy_bound_median") is not None:
             print(f"  copy bound: any drafter copying from the documents, prompt or answer: at most "
                   f"{s['plain']['copy_bound_median']:.2f}x plain here (median over prompts, at this T(k))")

@@ -51,7 +51,8 @@ def probe_sizes(max_k: int) -> list[int]:
 
 
 def device_key(backend: Backend) -> str:
-    """What T(k) depends on: the model file, backend kind, offload, kernels, threads, machine."""
+    """What T(k) depends on: the model file, backend kind, offload, kernels and their build,
+    threads, machine."""
     fid = backend.name
     if backend.model_spec is not None:
         path = Path(backend.model_spec.path)
@@ -62,6 +63,7 @@ def device_key(backend: Backend) -> str:
         type(backend).__name__,
         fid,
         f"gpu={backend.device_label}",
+        f"build={backend.build_label}",
         f"deterministic={backend.deterministic}",
         f"threads={backend.config.n_threads or os.cpu_count()}",
         f"host={platform.node()}:{platform.machine()}:{os.cpu_count()}",

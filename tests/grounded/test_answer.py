@@ -187,7 +187,8 @@ def test_ask_cli_marks_and_refuses(index, corpus):
     out = subprocess.run(base + [IBUPROFEN, "--on-unsupported", "refuse", "--json"], capture_output=True,
                          text=True, env=env, timeout=240)
     data = json.loads(out.stdout)
-    assert data["refused"] and [s["supported"] for s in data["evidence"]["sentences"]] == [False]
+    supported = [s["supported"] for s in data["evidence"]["sentences"]]
+    assert data["refused"] and supported and not any(supported), supported  # its every sentence found nowhere
     out = subprocess.run(base + [IBUPROFEN, "--on-unsupported", "refuse"], capture_output=True, text=True, env=env,
                          timeout=240)
     assert out.returncode == 0, out.stderr

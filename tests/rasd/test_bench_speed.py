@@ -79,7 +79,7 @@ def test_verify_noise_counts_identical_contexts_only():
 def test_bench_speed_runs_on_a_prompts_file(tmp_path):
     f = tmp_path / "p.jsonl"
     doc = "Rollo agreed to swear fealty to King Charles III of West Francia in exchange for land."
-    f.write_text(json.dumps({"prompt": f"Repeat: {doc}", "docs": [doc]}) + "\n")
+    f.write_text(json.dumps({"prompt": f"Repeat this sentence word for word: {doc}", "docs": [doc]}) + "\n")
     cmd = [
         sys.executable,
         "-m",
@@ -108,5 +108,6 @@ def test_bench_speed_runs_on_a_prompts_file(tmp_path):
     assert summ["rasd"]["n"] == 1 and summ["noise_bound"]["max_abs_logit_diff"] == 0.0
     for m in ("plain-cached", "retrieval", "rasd"):
         assert summ[m]["identical"] == summ[m]["compared"] == 1, m
-    # "Repeat: <doc>" copies the document: the copy bound sees room to gain (a linear T(k) would not)
+    # the answer copies the document: the copy bound sees room to gain (a linear T(k) would not). (A bare
+    # "Repeat: <doc>" was copied on the AVX2 build, answered "I'm glad to hear..." on the AVX-512 one.)
     assert summ["plain"]["copy_bound_median"] > 1.0
