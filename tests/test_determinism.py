@@ -94,7 +94,7 @@ def test_gemma_speedup_and_cache_equal_plain(gemma_engine, sources):
     engine = gemma_engine
     # the first chunk selection and question whose answer is long enough to hold tree steps: the
     # base model often answers "I'm not sure." (13 tokens), and which prompts it does so on moves
-    # with the build's rounding (AVX2 or AVX-512 kernels) and with edits to the documentation
+    # with the build's rounding (AVX2 or AVX-512 kernels)
     for k in range(3, 11):
         chunks = selected(sources, k)
         ids = rag_prompt(engine, QUESTIONS[k % 2], chunks)
