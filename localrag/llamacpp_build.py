@@ -3,8 +3,8 @@
 
 They are built from the llama.cpp sources that the installed llama-cpp-python vendors (its sdist
 from PyPI), with the CPU flags ``scripts/setup.sh`` built the Python package with (recorded in the
-virtualenv), so the programs run the same kernels as our own llama.cpp backend. Each program is built once and cached
-under ``default_cache_dir() / "llama.cpp" / "<version>-<flags hash>" / "bin"``:
+virtualenv), so the programs run the same kernels as our own llama.cpp backend. Each program is
+built once and cached under ``default_cache_dir() / "llama.cpp" / "<version>-<flags hash>" / "bin"``:
 
     exe = llama_programs(["llama-server"])["llama-server"]    # minutes on 2 cores the first time
     tools = llama_programs(["llama-lookup", "llama-bench"])   # BuildUnavailable if it cannot build

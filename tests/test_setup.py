@@ -8,6 +8,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from localrag.cpu_flags import detected_flags
+
 ROOT = Path(__file__).resolve().parents[1]
 
 # logs its arguments; llama_cpp counts as installed only when FAKE_LLAMA_INSTALLED is set
@@ -98,12 +100,7 @@ def test_a_venv_from_before_the_flags_record_is_rebuilt_for_this_cpu(tmp_path):
     """An install without a record was the portable x86-64-v3 build: it is built again where this
     CPU has more."""
     repo = _checkout(tmp_path)
-    portable = _setup(repo, LOCALRAG_PORTABLE_BUILD="1") == 1 and not _rebuilt(repo)
-    assert portable
+    assert _setup(repo, LOCALRAG_PORTABLE_BUILD="1") == 1 and not _rebuilt(repo)
     (repo / ".venv" / ".localrag-cmake-args").unlink()
     assert _setup(repo, FAKE_LLAMA_INSTALLED="1") == 1
-    cpu = subprocess.run(["python3", str(ROOT / "localrag" / "cpu_flags.py")], capture_output=True, text=True,
-                         check=True).stdout.split()
-    portable_flags = subprocess.run(["python3", str(ROOT / "localrag" / "cpu_flags.py"), "--portable"],
-                                    capture_output=True, text=True, check=True).stdout.split()
-    assert _rebuilt(repo) == (cpu != portable_flags)
+    assert _rebuilt(repo) == (detected_flags() != detected_flags(portable=True))
