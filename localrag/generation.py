@@ -81,9 +81,10 @@ class Decoder(Protocol):
 
     stats: RasdStats | None = None
 
-    def prefill(self, context: list[int]) -> None:
+    def prefill(self, context: list[int], read: int) -> None:
         """The decoder's own prompt work (a draft model's prefill), run and timed with the target's
-        prefill rather than the decode."""
+        prefill rather than the decode. ``read``: how many of the context's last tokens the target
+        has just read (the others came from its KV cache)."""
 
     def set_limit(self, n_tokens: int) -> None:
         """The answer can take at most ``n_tokens`` more tokens (so a speculative decoder drafts no
@@ -215,7 +216,7 @@ class Generation:
                 pass
         logits = self._logits
         t0 = time.perf_counter()
-        self.decoder.prefill(self.prompt_tokens)
+        self.decoder.prefill(self.prompt_tokens, len(self.prompt_tokens) - stats.reused_prompt_tokens)
         t1 = time.perf_counter()
         stats.prefill_seconds += t1 - t0
         self.decoder.set_limit(cfg.max_tokens)

@@ -104,6 +104,10 @@ class DecoderStats:
     mean_accepted: float = 0.0  # tokens per target forward, bonus included
     speedup_vs_plain: float = 0.0  # the strategy's own estimate against plain decoding
 
+    def stats_parts(self) -> list[str]:
+        """What the strategy adds to the answer's stats line beyond steps and speedup."""
+        return []
+
     def to_dict(self) -> dict:
         return {"kind": self.kind, **asdict(self)}
 
@@ -177,6 +181,9 @@ class RasdStats(DecoderStats):
     plain_steps: int = 0  # steps where speculation did not pay
     probe_steps: int = 0  # tree steps forced to re-test acceptance
     draft_steps: int = 0  # steps that ran the draft model
+    # a draft model was given but sat this answer out: its steps had not paid lately (the draft
+    # bandit), so it did not even read the prompt (``RasdDecoder.prefill``)
+    draft_idle: bool = False
     drafted_by_source: dict[str, int] = field(default_factory=dict)  # verified nodes: draft/retrieval/both
     accepted_by_source: dict[str, int] = field(default_factory=dict)
     tree_sizes: list[int] = field(default_factory=list)  # drafted nodes verified by each tree step
@@ -208,6 +215,9 @@ class RasdStats(DecoderStats):
     @property
     def tree_size_max(self) -> int:
         return max(self.tree_sizes, default=0)
+
+    def stats_parts(self) -> list[str]:
+        return ["draft model idle (it has not paid lately)"] if self.draft_idle else []
 
     def to_dict(self) -> dict:
         return {**super().to_dict(), "tree_size_mean": self.tree_size_mean, "tree_size_max": self.tree_size_max}

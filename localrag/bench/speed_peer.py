@@ -76,7 +76,7 @@ class PeerTools:
 
 
 @dataclass(frozen=True)
-class LookupRun:
+class PeerRun:
     """One llama-lookup or llama-speculative-simple run, as the program itself timed it."""
 
     n_tokens: int  # tokens it decoded (it stops after the step that passes n_new, so up to n_max more)
@@ -144,7 +144,7 @@ def speculative_command(tools: PeerTools, model: Path, draft_model: Path, prompt
 
 
 def run_lookup(tools: PeerTools, model: Path, prompt_text: str, n_new: int, draft: int | None, threads: int,
-               n_ctx: int, timeout_s: float = 600.0) -> LookupRun:
+               n_ctx: int, timeout_s: float = 600.0) -> PeerRun:
     """One llama-lookup generation of `prompt_text` (tokenized by llama-lookup itself with BOS and
     special tokens parsed, like ``Engine.encode_prompt``)."""
     return _run_program(lambda f: lookup_command(tools, model, f, n_new, draft, threads, n_ctx), prompt_text,
@@ -152,13 +152,13 @@ def run_lookup(tools: PeerTools, model: Path, prompt_text: str, n_new: int, draf
 
 
 def run_speculative(tools: PeerTools, model: Path, draft_model: Path, prompt_text: str, n_new: int,
-                    setting: DraftSetting, threads: int, n_ctx: int, timeout_s: float = 600.0) -> LookupRun:
+                    setting: DraftSetting, threads: int, n_ctx: int, timeout_s: float = 600.0) -> PeerRun:
     """One llama-speculative-simple generation of `prompt_text` (tokenized as run_lookup does)."""
     return _run_program(lambda f: speculative_command(tools, model, draft_model, f, n_new, setting, threads, n_ctx),
                         prompt_text, timeout_s)
 
 
-def _run_program(command: Callable[[Path], list[str]], prompt_text: str, timeout_s: float) -> LookupRun:
+def _run_program(command: Callable[[Path], list[str]], prompt_text: str, timeout_s: float) -> PeerRun:
     """Run ``command(prompt_file)`` on `prompt_text` written to a file, and parse what it printed."""
     with tempfile.TemporaryDirectory(prefix="peer-") as tmp:
         prompt_file = Path(tmp) / "prompt.txt"
@@ -172,10 +172,10 @@ def _run_program(command: Callable[[Path], list[str]], prompt_text: str, timeout
     name = Path(cmd[0]).name
     if proc.returncode != 0:
         raise RuntimeError(f"{name} exited with {proc.returncode}: {err.strip()[-600:]}")
-    return parse_lookup(proc.stdout.decode("utf-8", errors="replace"), err, prompt_text, name)
+    return parse_peer_output(proc.stdout.decode("utf-8", errors="replace"), err, prompt_text, name)
 
 
-def parse_lookup(stdout: str, stderr: str, prompt_text: str, name: str = "llama-lookup") -> LookupRun:
+def parse_peer_output(stdout: str, stderr: str, prompt_text: str, name: str = "llama-lookup") -> PeerRun:
     """Its timing and counts (stderr) and generated text (stdout: the prompt echoed, then the output);
     llama-lookup and llama-speculative-simple print the same lines."""
     decoded = DECODED.search(stderr)
@@ -184,8 +184,8 @@ def parse_lookup(stdout: str, stderr: str, prompt_text: str, name: str = "llama-
     draft, drafted, accepted = N_DRAFT.search(stderr), N_DRAFTED.search(stderr), N_ACCEPT.search(stderr)
     at = stdout.find(prompt_text)  # echoed token by token (special tokens as text), after the BOS
     text = stdout[at + len(prompt_text):] if at >= 0 else stdout
-    return LookupRun(int(decoded.group(1)), float(decoded.group(2)), text, int(draft.group(1)) if draft else 0,
-                     int(drafted.group(1)) if drafted else 0, int(accepted.group(1)) if accepted else 0)
+    return PeerRun(int(decoded.group(1)), float(decoded.group(2)), text, int(draft.group(1)) if draft else 0,
+                   int(drafted.group(1)) if drafted else 0, int(accepted.group(1)) if accepted else 0)
 
 
 def run_llama_bench(tools: PeerTools, model: Path, depth: int, n_new: int, threads: int,

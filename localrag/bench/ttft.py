@@ -1,16 +1,22 @@
 """``bench ttft``: how soon the first words come, for a question read from an empty cache and for
 the turns that reuse its prompt.
 
-    python -m localrag bench ttft [--model NAME] [--n 5] [--k 5] [--max-tokens 32] [--json]
+    python -m localrag bench ttft [--model NAME] [--mode plain|speedup] [--n 5] [--k 5]
+                                  [--max-tokens 32] [--json]
 
-Plain mode through the answer layer (``Answerer.find``, ``rag_messages``, ``generate``) on
-``bench qa``'s SQuAD collection (report split, seed 0). Per question, in this order:
+Plain mode (or Speedup) through the answer layer (``Answerer.find``, ``rag_messages``,
+``generate``) on ``bench qa``'s SQuAD collection (report split, seed 0). Per question, in this
+order:
 
     question    a k-chunk question, the KV cache emptied first: the whole prompt is read
     follow-up   "Why is that?" after it (its search carries the question's key terms, so it
                 finds the same chunks, and ``Answerer.find`` keeps their order): only the new
                 turn is read, the rest comes from the cache
     regenerate  the follow-up asked again: all of its prompt but the last token from the cache
+
+Speedup is ``--mode speedup`` (the registry's draft for the model). Either mode first answers
+one question untimed: a mode's first answer may set it up (Speedup times the models' forwards once
+per machine), and its draft bandit then knows whether the draft pays here.
 
 Per kind: median time to first token (the request to the first piece of text, as the page shows
 it), prompt tokens read and reused, prefill tokens/s (tokens read / prefill seconds) and decode
@@ -46,12 +52,13 @@ class FirstWords:
     same_chunks: bool  # the turn's chunks are the question's (follow-up, regenerate)
 
 
-def first_words(answerer: Answerer, request: AnswerRequest, kind: str, same_chunks: bool) -> tuple[FirstWords, str]:
+def first_words(answerer: Answerer, request: AnswerRequest, kind: str, same_chunks: bool,
+                mode: str = "plain") -> tuple[FirstWords, str]:
     """One answer, timed to its first piece; (its figures, its text)."""
     t0 = time.perf_counter()
     ttft = None
     result = None
-    for item in get_mode("plain").stream(answerer, request):
+    for item in get_mode(mode).stream(answerer, request):
         if isinstance(item, str) and ttft is None and item.strip():
             ttft = time.perf_counter() - t0
         elif not isinstance(item, str):
@@ -62,28 +69,30 @@ def first_words(answerer: Answerer, request: AnswerRequest, kind: str, same_chun
                       read / g.prefill_seconds if g.prefill_seconds else 0.0, g.decode_tps, same_chunks), result.text
 
 
-def run_ttft(model: str | None, n: int, k: int, max_tokens: int, progress=None) -> dict:
+def run_ttft(model: str | None, n: int, k: int, max_tokens: int, progress=None, mode: str = "plain") -> dict:
     records = load_records("squad", None, "report", n, 0)
     collection = qa_collection("grounding-squad-report", [r.qa for r in records])
     engine = Engine.load(ModelConfig(model=model) if model else ModelConfig())
     answerer = Answerer(engine, collection.index, config=AnswerConfig(instructions=QA_INSTRUCTIONS))
     gen = GenerationConfig(max_tokens=max_tokens)
-    opts = get_mode("plain").options({"k": k})
+    opts = get_mode(mode).options({"k": k})
     rows: list[FirstWords] = []
+    # untimed, in every mode: a mode's first answer may set it up (Speedup times the forwards once)
+    first_words(answerer, AnswerRequest(records[0].qa.question, gen=gen, options=opts), "warm-up", True, mode)
     for i, rec in enumerate(records):
         engine.backend.reset()
         q = rec.qa.question
-        first, text = first_words(answerer, AnswerRequest(q, gen=gen, options=opts), "question", True)
+        first, text = first_words(answerer, AnswerRequest(q, gen=gen, options=opts), "question", True, mode)
         history = [{"role": "user", "content": q}, {"role": "assistant", "content": text}]
         follow = AnswerRequest(FOLLOWUP, history=history, gen=gen, options=opts)
         same = [h.chunk_id for h in answerer.find(FOLLOWUP, history, k).hits] == \
             [h.chunk_id for h in answerer.find(q, [], k).hits]
-        got = [first, first_words(answerer, follow, "follow-up", same)[0],
-               first_words(answerer, follow, "regenerate", same)[0]]
+        got = [first, first_words(answerer, follow, "follow-up", same, mode)[0],
+               first_words(answerer, follow, "regenerate", same, mode)[0]]
         rows += got
         if progress:
             progress(i + 1, len(records), got)
-    return {"model": engine.model_name, "n": len(records), "k": k, "max_tokens": max_tokens,
+    return {"model": engine.model_name, "mode": mode, "n": len(records), "k": k, "max_tokens": max_tokens,
             "threads": engine.backend.n_threads, "kinds": {kind: summarize([r for r in rows if r.kind == kind])
                                                            for kind in KINDS},
             "rows": [asdict(r) for r in rows]}
@@ -107,6 +116,8 @@ def add_bench_cli(sub) -> None:
     p.add_argument("--n", type=int, default=5, help="questions")
     p.add_argument("--k", type=int, default=5, help="chunks per prompt")
     p.add_argument("--max-tokens", type=int, default=32)
+    p.add_argument("--mode", choices=("plain", "speedup"), default="plain",
+                   help="speedup: RASD with the registry's draft for the model (its prompt read counts)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_ttft)
 
@@ -116,12 +127,13 @@ def cmd_ttft(args) -> int:
         print(f"[{i}/{total}] " + " | ".join(f"{r.kind}: {r.ttft_s:.2f} s ({r.read_tokens} read)" for r in rows),
               file=sys.stderr)
 
-    result = run_ttft(args.model, args.n, args.k, args.max_tokens, progress)
+    result = run_ttft(args.model, args.n, args.k, args.max_tokens, progress, args.mode)
     return output({k: v for k, v in result.items() if k != "rows"}, args.json, print_ttft)
 
 
 def print_ttft(result: dict) -> None:
-    print(f"{result['model']}, {result['n']} SQuAD questions, k={result['k']}, {result['threads']} threads")
+    print(f"{result['model']}, {result['mode']}, {result['n']} SQuAD questions, k={result['k']}, "
+          f"{result['threads']} threads")
     columns = [("turn", 10), ("first tok s", 11), ("read", 5), ("reused", 6), ("prefill t/s", 11),
                ("decode t/s", 10), ("same chunks", 11)]
     print(table(columns, [[kind, fmt(v["ttft_s"], ".2f"), v["read_tokens"], v["reused_tokens"],

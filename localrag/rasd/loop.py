@@ -103,6 +103,8 @@ class RasdDecoder(Decoder):
         self._answer: list[int] = []  # this answer's emitted tokens
         self._prefill_s = 0.0  # this decoder's share of the prompt prefill (see prefill)
         self._limit = 1 << 30  # tokens the answer can still take (Generation's set_limit)
+        # the draft model takes part in this answer: it read the prompt (see prefill)
+        self._draft_on = draft is not None
         # per-answer accumulators behind the summary stats (see _finish_stats)
         self._oracle_tokens, self._oracle_cost_s, self._gain_sum, self._busy_s = 0, 0.0, 0.0, 0.0
         self._plain_forward_s: list[float] = []  # this answer's plain steps: their forward, timed
@@ -127,14 +129,24 @@ class RasdDecoder(Decoder):
         )
 
     # --- Decoder protocol -----------------------------------------------------------
-    def prefill(self, context: list[int]) -> None:
-        """Prompt work, run by Generation in its prefill phase (timed there): the draft's prompt
-        prefill and the suffix index over the prompt (O(n); 4-7 ms profiled on chat prompts)."""
+    def prefill(self, context: list[int], read: int) -> None:
+        """Prompt work, run by Generation in its prefill phase (timed there): the suffix index over
+        the prompt (O(n); 4-7 ms profiled on chat prompts) and the draft's prompt prefill.
+
+        The draft reads the prompt only for an answer that will run it: one where its steps have
+        paid lately (the bandit, ``Budget.use_draft``), or where a probe of it is due and the
+        draft has no more to read than the target just read (`read`): a new question's, not a
+        follow-up's or a Regenerate's, which the target answers from its cache. Otherwise it
+        sits the answer out, and the first words come as soon as Plain's (on a CPU the 0.5B
+        needs seconds for a 5-chunk prompt); a probe is never paid in the middle of an answer."""
         t0 = time.perf_counter()
         if self.config.use_retrieval:
             self.datastore.set_context(context)
-        if self.draft is not None:
-            self.draft.sync(context)
+        draft, arm = self.draft, self.budget.draft_arm
+        self._draft_on = draft is not None and self.budget.use_draft() and (
+            not self.config.use_budget or not arm.probe_due() or draft.lag(context) <= read)
+        if self._draft_on:
+            draft.sync(context)
         self._prefill_s = time.perf_counter() - t0
 
     def set_limit(self, n_tokens: int) -> None:
@@ -189,7 +201,7 @@ class RasdDecoder(Decoder):
         its plan when one was already made (retrieval alone beat the draft), else None."""
         t0 = time.perf_counter()
         st, depth = self.stats, self._depth()
-        use_draft = self.draft is not None and self.budget.use_draft()
+        use_draft = self._draft_on and self.budget.use_draft()
         shadow = self.config.use_budget and st.steps % SHADOW_EVERY == 0
         found = self.retrieval.lookup(ctx, root, depth, use_draft or force or shadow)
         probe = use_draft and self.budget.draft_probe_due()
@@ -279,7 +291,7 @@ class RasdDecoder(Decoder):
     # --- stats ------------------------------------------------------------------------------
     def _start_answer(self) -> None:
         """Fresh per-answer stats (a new object: results of earlier answers keep theirs)."""
-        self.stats = RasdStats(time_prefill_s=self._prefill_s)
+        self.stats = RasdStats(time_prefill_s=self._prefill_s, draft_idle=self.draft is not None and not self._draft_on)
         self.retrieval.copies, self._answer = [], []
         self.budget.start_answer()
         self._prefill_s = 0.0

@@ -22,6 +22,7 @@ from typing import Protocol
 
 from localrag.backends.base import Backend
 from localrag.config import RasdConfig
+from localrag.generation import common_prefix
 from localrag.rasd.cost import Calibrator, CostModel
 from localrag.rasd.datastore import Datastore
 from localrag.rasd.draft import DraftModel
@@ -123,6 +124,10 @@ class DraftProposer:
 
     def sync(self, ctx: list[int]) -> None:
         self.model.sync(ctx)
+
+    def lag(self, ctx: list[int]) -> int:
+        """Tokens a ``sync`` to `ctx` would prefill (the draft's cache keeps the common prefix)."""
+        return len(ctx) - common_prefix(self.model.backend.tokens, ctx)
 
     def propose(self, ctx: list[int], base: Proposal, depth: int) -> Proposal:
         """Draft tree (timed: draft_s), `base`'s retrieval trie scored by the draft and pruned, both

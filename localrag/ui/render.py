@@ -87,6 +87,7 @@ def stats_line(mode: str, stats: AnswerStats, extras: ModeExtras | None = None) 
         if decoder is not None:
             parts.append(f"{decoder.mean_accepted:.2f} accepted tokens/step")
             parts.append(f"{decoder.speedup_vs_plain:.2f}× vs plain (est. from measured step times)")
+            parts += decoder.stats_parts()
         else:  # by definition (the ratio dips below 1 only by the final EOG step)
             parts += ["1 token/step", "1.00× (plain baseline)"]
     if extras is not None:

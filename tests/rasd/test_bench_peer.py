@@ -19,7 +19,7 @@ from localrag.bench.speed_peer import (
     is_peer_method,
     lookup_command,
     needs_draft,
-    parse_lookup,
+    parse_peer_output,
     speculative_command,
 )
 
@@ -39,7 +39,7 @@ TOOLS = PeerTools(Path("/bin/llama-lookup"), Path("/bin/llama-bench"), Path("/bi
 
 
 def test_its_timing_counts_and_text_are_read_from_its_output():
-    run = parse_lookup(STDOUT, STDERR, PROMPT)
+    run = parse_peer_output(STDOUT, STDERR, PROMPT)
     assert (run.n_tokens, run.decode_s) == (17, 0.782)  # the decode loop only: "encoded" (prefill) is not counted
     assert (run.n_draft, run.n_drafted, run.n_accept) == (3, 12, 5)
     assert run.text.startswith(" the capital of the country of France.") and "<bos>" not in run.text
@@ -47,7 +47,7 @@ def test_its_timing_counts_and_text_are_read_from_its_output():
 
 def test_output_without_its_timing_line_is_an_error_that_shows_it():
     with pytest.raises(RuntimeError, match="no 'decoded"):
-        parse_lookup(STDOUT, "llama_model_load: error loading model", PROMPT)
+        parse_peer_output(STDOUT, "llama_model_load: error loading model", PROMPT)
 
 
 def test_it_runs_greedy_for_at_least_the_asked_tokens():

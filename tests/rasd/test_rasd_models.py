@@ -15,6 +15,7 @@ import pytest
 
 from localrag.bench.speed import MarginRecorder, run_generation, verify_noise
 from localrag.config import GenerationConfig, RasdConfig
+from localrag.generation import Generation
 from localrag.models import ModelError
 from localrag.rasd import RasdDecoder, load_draft
 from localrag.rasd.budget import CostModel
@@ -96,6 +97,34 @@ def test_probe_schedule_outlives_an_answer(smollm2_engine, smollm2_draft):
     assert dec._probe_wait == min(config.probe_every * 2**first, 8 * config.probe_every)
     run_generation(engine, ids, cfg, dec)
     assert dec.stats.probe_steps < first
+
+
+def test_a_draft_that_has_not_paid_sits_answers_out_until_its_probe(smollm2_engine, smollm2_draft):
+    """A draft model whose steps have not paid lately (the bandit's arm behind) does not even read
+    the next answer's prompt: that answer is plain-fast from its first word, and says so. Its
+    skipped steps still count; once a probe is due, it waits for an answer whose prompt the
+    target reads as well (not a Regenerate, which the target answers from its cache), whose
+    prefill then reads the prompt into the draft, and whose first step runs it. Every answer
+    equals plain's."""
+    engine = smollm2_engine
+    config = RasdConfig(calibrate=False, probe_every=8, use_retrieval=False, draft_chain=True)
+    dec = RasdDecoder(engine.backend, config, draft=smollm2_draft, cost=CHEAP)
+    arm = dec.budget.draft_arm
+    arm.rate.update(draft=1.0, nodraft=100.0)  # the draft's steps ran at 1 token/s, plain's at 100
+    cfg = GenerationConfig(max_tokens=12, stop=engine.prompt.stop)
+    ids = _chat_ids(engine, PROMPTS[2][0])
+    rec = _plain(engine, ids, cfg)
+    smollm2_draft.reset()
+    assert run_generation(engine, ids, cfg, dec)["tokens"] == rec["tokens"]
+    assert dec.stats.draft_idle and dec.stats.draft_steps == 0
+    assert smollm2_draft.tokens == []  # the prompt was never read into the draft
+    assert arm.skipped >= arm.wait == config.probe_every  # a probe is due
+    regenerated = Generation(engine.backend, ids, dec, cfg).run()  # the target's cache holds the prompt
+    assert regenerated.stats.reused_prompt_tokens >= len(ids) - 1 and regenerated.tokens == rec["tokens"]
+    assert dec.stats.draft_idle and smollm2_draft.tokens == []  # the probe did not make it wait
+    assert run_generation(engine, ids, cfg, dec)["tokens"] == rec["tokens"]
+    assert not dec.stats.draft_idle and dec.stats.draft_steps >= 1
+    assert smollm2_draft.tokens[: len(ids)] == ids
 
 
 def test_retrieval_learns_from_proposals_it_never_verifies(smollm2_engine):

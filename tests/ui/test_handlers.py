@@ -455,6 +455,9 @@ def test_stats_line_variants():
     line = stats_line("rasd", stats)
     assert line == "⚡ Speedup (RASD) · 10.0 tok/s · 3.00 accepted tokens/step · 2.00× vs plain (est. from measured step times) · 20 tokens · 2.0 s"
     assert stats_line("specrag", stats).startswith("⚡ Grounded (Speculative RAG) · ")  # an older chat's mode name
+    decoder.draft_idle = True  # a draft model that sat the answer out says so
+    assert " · 2.00× vs plain (est. from measured step times) · draft model idle (it has not paid lately) · " \
+        in stats_line("rasd", stats)
     assert accepted_per_step(stats) == [1, 2] and accepted_per_step(None) == []
 
 
