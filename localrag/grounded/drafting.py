@@ -60,13 +60,7 @@ class DrafterOutput:
 
     @property
     def shown_rationale(self) -> str:
-        """The rationale as shown: whole words; one its token limit cut mid-sentence ends in "…"."""
-        text = self.rationale_text.strip()
-        if not self.rationale_next or not text or _ends_sentence(text):
-            return text
-        if self.rationale_next[:1].isalnum():  # the limit fell inside a word: drop its start
-            text = text.rsplit(None, 1)[0] if len(text.split()) > 1 else ""
-        return text.rstrip(",;:-") + "…" if text else ""
+        return shown_rationale(self.rationale_text, self.rationale_next)
 
     @property
     def logprob(self) -> float:
@@ -279,7 +273,7 @@ class _Stepper:
             return self._end(d, phase, i, "eog")
         if "\n" in piece:
             return self._end(d, phase, i, "line")
-        if d.answer and piece[:1].isspace() and _ends_sentence(d.answer_text):
+        if d.answer and piece[:1].isspace() and ends_sentence(d.answer_text):
             return self._end(d, phase, i, "sentence")  # the next word would start a second sentence
         if len(d.answer) >= self.max_answer_tokens:
             return self._end(d, phase, i, "limit")
@@ -292,7 +286,7 @@ class _Stepper:
                 return self._end(d, phase, i, "loop")
         if copier is not None:
             copier.take(tok)
-            if _ends_sentence(piece):  # the copied phrase ends a sentence
+            if ends_sentence(piece):  # the copied phrase ends a sentence
                 return self._end(d, phase, i, "sentence")
         return [tok]
 
@@ -309,25 +303,21 @@ class _Stepper:
         d.rationale_text += piece
         if copier is not None:
             copier.take(tok)
-            if _ends_sentence(piece):  # a quoted sentence is complete
+            if ends_sentence(piece):  # a quoted sentence is complete
                 return [tok] + self._start_answer(d, phase, i, copier)
         return [tok]
 
     def _ends_at_limit(self, d: DrafterOutput, next_piece: str) -> bool:
         """The rationale is at (or past) its token limit, ``next_piece`` still to come: True when it
-        ends here. It ends at its last sentence end, cut back to it (else the drafter copies the cut
-        sentence into its answer); without one it runs on to finish its sentence (False), up to
-        twice the limit, where it ends cut (``shown_rationale`` ends it in "…")."""
+        ends here (``rationale_end``), cut back to where it ends."""
         pieces = [self._piece(t) for t in d.rationale] + [next_piece]
-        for keep in range(len(d.rationale), 0, -1):
-            text = "".join(pieces[:keep])
-            if _ends_sentence(text) and pieces[keep][:1].isspace():
-                del d.rationale[keep:], d.rationale_lp[keep:]
-                d.rationale_text = text
-                return True
-        if len(d.rationale) < 2 * self.cfg.rationale_tokens:
+        end = rationale_end(pieces, self.cfg.rationale_tokens)
+        if end is None:
             return False
-        d.rationale_next = next_piece
+        keep, cut = end
+        del d.rationale[keep:], d.rationale_lp[keep:]
+        d.rationale_text = "".join(pieces[:keep])
+        d.rationale_next = next_piece if cut else ""
         return True
 
     def _start_answer(self, d: DrafterOutput, phase: list[str], i: int, copier: SpanCopy | None) -> list[int]:
@@ -347,9 +337,34 @@ class _Stepper:
         return "" if tok is None else self.backend.token_bytes(tok).decode("utf-8", errors="replace")
 
 
-def _ends_sentence(text: str) -> bool:
+def ends_sentence(text: str) -> bool:
     """The text ends a sentence: ``.``, ``!`` or ``?``, perhaps followed by closing quotes or brackets."""
     return text.rstrip().rstrip("\"')]}»”’").endswith((".", "!", "?"))
+
+
+def rationale_end(pieces: Sequence[str], limit: int) -> tuple[int, bool] | None:
+    """Where a rationale at (or past) its token limit ends; ``pieces``: its pieces and the one that
+    comes next (last). It ends at its last sentence end: (pieces kept, False), cut back to it (else
+    the drafter copies the cut sentence into its answer). Without one it runs on to finish its
+    sentence (None), up to twice the limit, where it ends cut: (all but the next piece, True);
+    ``shown_rationale`` then ends it in "…". The in-process drafter asks this token by token, the
+    endpoint's (``localrag.grounded.remote``) of the pieces a server sent."""
+    n = len(pieces) - 1
+    for keep in range(n, 0, -1):
+        if ends_sentence("".join(pieces[:keep])) and pieces[keep][:1].isspace():
+            return keep, False
+    return (n, True) if n >= 2 * limit else None
+
+
+def shown_rationale(text: str, next_piece: str) -> str:
+    """A rationale as shown: whole words; one its token limit cut mid-sentence (``next_piece``: the
+    piece that came next, '' when it ended on its own) ends in "…"."""
+    text = text.strip()
+    if not next_piece or not text or ends_sentence(text):
+        return text
+    if next_piece[:1].isalnum():  # the limit fell inside a word: drop its start
+        text = text.rsplit(None, 1)[0] if len(text.split()) > 1 else ""
+    return text.rstrip(",;:-") + "…" if text else ""
 
 
 def _common_prefix(seqs: Sequence[Sequence[int]]) -> int:

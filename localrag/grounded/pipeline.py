@@ -39,7 +39,7 @@ from localrag.backends.base import BatchBackend
 from localrag.config import GenerationConfig, GroundedConfig
 from localrag.engine import Engine
 from localrag.evidence import EvidenceAligner, split_citations
-from localrag.grounded.drafting import DrafterOutput, chunk_tokens, draft_prompt, draft_steps
+from localrag.grounded.drafting import chunk_tokens, draft_prompt, draft_steps
 from localrag.grounded.extras import GroundedDraft, GroundedExtras
 from localrag.grounded.scoring import combined_score, score_drafts, select, short_answer
 from localrag.grounded.subsets import cluster, make_subsets, random_subsets, shared_prefix_order
@@ -181,7 +181,7 @@ class GroundedPipeline:
                               reflection=scores[j].reflection if scores else 0.0,
                               score=combined_score(d, scores[j] if scores else None), n_draft_tokens=d.n_tokens,
                               n_verify_tokens=scores[j].n_tokens if scores else 0, subset=tuple(sub),
-                              dropped=dropped_because(d, gen.max_tokens))
+                              dropped=dropped_because(d.ended, gen.max_tokens))
                 for j, (d, sub, rationale) in enumerate(zip(toks, subsets, rationales, strict=True))]
 
     def _unsupported(self, searched: str, extras: GroundedExtras, stats: AnswerStats, why: str) -> AnswerResult:
@@ -194,11 +194,12 @@ class GroundedPipeline:
 LOOPED = "its answer repeated itself"  # why a draft the repetition guard stopped was dropped
 
 
-def dropped_because(draft: DrafterOutput, max_tokens: int) -> str:
-    """Why a draft cannot be the answer ('' when it can): its answer never ended."""
-    if draft.ended == "limit":
+def dropped_because(ended: str, max_tokens: int) -> str:
+    """Why a draft cannot be the answer ('' when it can): its answer never ended (``ended``: how it
+    ended, ``DrafterOutput.ended``)."""
+    if ended == "limit":
         return f"its answer did not end within {_tokens(max_tokens)}"
-    if draft.ended == "loop":
+    if ended == "loop":
         return LOOPED
     return ""
 
