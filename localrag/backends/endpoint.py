@@ -28,9 +28,10 @@ import json
 import math
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import TypeVar
 
 import httpx
 
@@ -50,6 +51,7 @@ KINDS = {
     "server": "the server failed (5xx, an error event, or not OpenAI's format)",
     "cut": "the stream ended before [DONE] or a finish reason",
 }
+T = TypeVar("T")
 MESSAGE_CHARS = 300  # the server's own message, as quoted in an error line
 
 
@@ -68,7 +70,7 @@ class EndpointConfig:
     """Where the serving engine is. ``url``: its OpenAI base (``http://host:port/v1``; a URL without
     the ``/v1`` gets it). ``model``: the name sent with each request ('' = the first /v1/models
     lists). ``timeout_s``: the longest wait for the server's next bytes (the first piece included);
-    ``connect_timeout_s``: for the connection. ``max_concurrent``: requests ``chat_many`` runs at once."""
+    ``connect_timeout_s``: for the connection. ``max_concurrent``: requests run at once (``concurrently``)."""
 
     url: str
     model: str = ""
@@ -344,13 +346,22 @@ class EndpointEngine:
         server computes them together; finished, in order. Raises the first EndpointError (in
         order) once all have ended."""
         gens = [self.chat(msgs, config, **kwargs) for msgs in conversations]
-        workers = min(len(gens), self.config.max_concurrent) or 1
+        return list(self.concurrently([gen.run for gen in gens]))
+
+    def concurrently(self, calls: Sequence[Callable[[], T]]) -> Iterator[T]:
+        """Each call's result, in order, the calls run at once (``max_concurrent`` at a time): the
+        one pool every batch of requests to this engine goes through. Each result is yielded when
+        its call has ended; a call's exception is raised in its place, once every call has ended."""
+        workers = min(len(calls), self.config.max_concurrent) or 1
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="localrag-endpoint") as pool:
-            futures = [pool.submit(gen.run) for gen in gens]
-        for future in futures:
+            futures = [pool.submit(call) for call in calls]
+            for future in futures:
+                if future.exception() is not None:
+                    break
+                yield future.result()
+        for future in futures:  # (the pool has waited for them all)
             if future.exception() is not None:
                 raise future.exception()
-        return gens
 
     def choice_logprobs(self, messages: Sequence[Message], choices: Sequence[str] = ("Yes", "No"),
                         top_logprobs: int = 20) -> dict[str, float | None] | None:

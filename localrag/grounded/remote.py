@@ -32,11 +32,11 @@ pipeline's (``GroundedPipeline``).
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import time
 from collections.abc import Generator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from localrag.backends.endpoint import EndpointEngine, EndpointGeneration, TokenLogprob
@@ -67,11 +67,11 @@ class RemoteDraft:
 
     @property
     def rationale_text(self) -> str:
-        return "".join(t.token for t in self.rationale)
+        return _text(self.rationale)
 
     @property
     def answer_text(self) -> str:
-        return "".join(t.token for t in self.answer)
+        return _text(self.answer)
 
     @property
     def logprobs(self) -> list[float]:
@@ -97,13 +97,14 @@ class RemoteGroundedPipeline(GroundedPipeline):
         # 1. the rationales (max_tokens: the piece after twice the limit shows where a cut one ends)
         said = gen.with_(max_tokens=2 * cfg.rationale_tokens + 1, temperature=0.0, stop=("\n", "Answer"))
         firsts = [_continue(engine, c, RATIONALE, said) for c in conversations]
-        yield from _run(engine, firsts, progress=False)
+        list(engine.concurrently([g.run for g in firsts]))
         rationales = [_rationale(_tokens(g, RATIONALE), cfg.rationale_tokens) for g in firsts]
         # 2. the answers, each after its rationale (max_tokens: one more shows that an answer ended)
         said = gen.with_(max_tokens=gen.max_tokens + 1, temperature=0.0, stop=("\n",))
-        prefills = [RATIONALE + "".join(t.token for t in r) + ANSWER for r, _ in rationales]
+        prefills = [RATIONALE + _text(r) + ANSWER for r, _ in rationales]
         seconds = [_continue(engine, c, p, said) for c, p in zip(conversations, prefills, strict=True)]
-        yield from _run(engine, seconds, progress=True)
+        for done, _ in enumerate(engine.concurrently([g.run for g in seconds]), start=1):
+            yield AnswerProgress("drafting", done, len(seconds))
         drafts = [RemoteDraft(r, nxt, *_answer(_tokens(g, p), g.finish_reason == "stop", gen.max_tokens))
                   for (r, nxt), g, p in zip(rationales, seconds, prefills, strict=True)]
         gs.draft_s = time.perf_counter() - t
@@ -136,8 +137,7 @@ class RemoteGroundedPipeline(GroundedPipeline):
                 return None
             return got["Yes"] if got["Yes"] is not None else NO_YES
 
-        with ThreadPoolExecutor(max_workers=min(len(parsed), engine.config.max_concurrent) or 1) as pool:
-            return list(pool.map(ask, parsed))
+        return list(engine.concurrently([functools.partial(ask, draft) for draft in parsed]))
 
 
 def _continue(engine: EndpointEngine, conversation: list[dict], prefill: str,
@@ -147,15 +147,8 @@ def _continue(engine: EndpointEngine, conversation: list[dict], prefill: str,
                        extra=CONTINUE)  # (top_logprobs 1: llama-server sends none for 0)
 
 
-def _run(engine: EndpointEngine, gens: Sequence[EndpointGeneration],
-         progress: bool) -> Generator[AnswerProgress, None, None]:
-    """Run ``gens`` at once (``max_concurrent`` at a time); with ``progress``, count them done (in order)."""
-    with ThreadPoolExecutor(max_workers=min(len(gens), engine.config.max_concurrent) or 1) as pool:
-        futures = [pool.submit(g.run) for g in gens]
-        for done, future in enumerate(futures, start=1):
-            future.result()
-            if progress:
-                yield AnswerProgress("drafting", done, len(gens))
+def _text(tokens: Sequence[TokenLogprob]) -> str:
+    return "".join(t.token for t in tokens)
 
 
 def _tokens(g: EndpointGeneration, prefill: str) -> list[TokenLogprob]:
@@ -166,7 +159,7 @@ def _tokens(g: EndpointGeneration, prefill: str) -> list[TokenLogprob]:
     skip = len(prefill) if text.startswith(prefill) else 0
     if not g.logprobs:
         return [TokenLogprob(w, 0.0) for w in re.findall(r"\s*\S+", text[skip:])]
-    sent = "".join(t.token for t in g.logprobs)
+    sent = _text(g.logprobs)
     at = 0 if skip and sent.startswith(prefill) else skip  # where the tokens begin in the text
     kept = []
     for t in g.logprobs:

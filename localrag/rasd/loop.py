@@ -213,8 +213,12 @@ class RasdDecoder(Decoder):
             return alone
         if not use_draft:
             return self.retrieval.propose(ctx, found, depth), None
-        self.draft.probing = probe
         prop = self.draft.propose(ctx, found, depth)
+        if probe:
+            # the draft was off for a while: its sync also prefilled every token accepted since.
+            # That is the price of switching it back on, paid once, not a cost of drafting (a
+            # synced draft prefills about one token per step), so the probe is judged without it.
+            prop.catchup_s = max(0.0, prop.sync_s - self.draft.t1)
         st.time_draft_s += prop.draft_s
         st.draft_steps += 1
         if self.config.use_retrieval and prop.tip > 0:

@@ -38,7 +38,8 @@ class Proposal:
     draft_scored: bool  # cond came from draft probabilities (else retrieval frequency)
     match_len: int = 0  # retrieval suffix match length (0: none)
     draft_s: float = 0.0  # seconds the draft model spent on this proposal
-    catchup_s: float = 0.0  # of which: prefilling tokens accepted while the draft was off
+    sync_s: float = 0.0  # of which: the draft reading the tokens accepted since its last proposal
+    catchup_s: float = 0.0  # of sync_s: the tokens accepted while the draft was off (a probe's, see loop)
     graft_from: int = 0  # nodes from here on are retrieval continuations grafted below a draft chain
     graft_match_len: int = 0  # their suffix match length
     tip: int = 0  # a draft chain's last node (0: no chain), where continuations are grafted

@@ -102,7 +102,6 @@ class DraftProposer:
         self.calibrator = calibrator
         self.t1 = 0.0  # the draft's one-token forward, seconds (measured with its cost curve)
         self.model = self._model(draft, cost)
-        self.probing = False  # this step re-probes a draft that was off (set by the loop)
 
     def _model(self, draft: Backend, cost: CostModel) -> DraftModel:
         """The draft's tree policy from its own cost curve and the target's (`cost`).
@@ -130,24 +129,19 @@ class DraftProposer:
         return len(ctx) - common_prefix(self.model.backend.tokens, ctx)
 
     def propose(self, ctx: list[int], base: Proposal, depth: int) -> Proposal:
-        """Draft tree (timed: draft_s), `base`'s retrieval trie scored by the draft and pruned, both
-        fused; `tip` is a chain's last node."""
+        """Draft tree (timed: draft_s, of which sync_s the draft's catching up with `ctx`), `base`'s
+        retrieval trie scored by the draft and pruned, both fused; `tip` is a chain's last node."""
         dm, cal, root = self.model, self.calibrator, base.tree.tokens[0]
         t1 = time.perf_counter()
         root_probs = dm.sync(ctx)  # draft KV follows the accepted tokens (only new ones prefilled)
-        catchup = 0.0
-        if self.probing:
-            # the draft was off for a while: this sync also prefilled every token accepted since.
-            # That is the price of switching it back on, paid once, not a cost of drafting (a
-            # synced draft prefills about one token per step), so the probe is judged without it.
-            catchup = max(0.0, time.perf_counter() - t1 - self.t1)
+        sync_s = time.perf_counter() - t1
         dtree, dists = dm.grow(root, root_probs, lambda p: cal.p(cal.key(f"d{DRAFT}", p)), depth)
         tip = len(dtree) - 1 if dm.chain else 0  # the chain's last node
         known = {tuple(dtree.tokens[u] for u in dtree.path_to(v)[1:]): probs for v, probs in dists.items()}
         rtree, rcond = prune_retrieval(base.trie, self.config, dm, known)
         tree, cond = fuse(dtree, draft_cond(dtree), rtree, rcond)
         return Proposal(tree, cond, draft_scored=True, match_len=base.match_len,
-                        draft_s=time.perf_counter() - t1, catchup_s=catchup, tip=tip)
+                        draft_s=time.perf_counter() - t1, sync_s=sync_s, tip=tip)
 
     def observe(self, tree: TokenTree, path: list[int], first: int) -> None:
         """Nothing to keep: the next ``sync`` keeps the accepted prefix of a chain in the draft's KV."""

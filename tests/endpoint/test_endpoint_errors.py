@@ -168,6 +168,28 @@ def test_cancel_stops_a_stream_between_pieces(fake):
     assert pieces == ["Hel"] and gen.finish_reason == "cancelled" and gen.stats.stop_reason == "cancelled"
 
 
+def test_concurrently_runs_calls_together_yields_in_order_and_raises_after_all_have_ended(fake):
+    together = threading.Barrier(2, timeout=10)  # two calls meet only if they run at once
+    ended: list[str] = []
+
+    def meet(text: str) -> str:
+        together.wait()
+        ended.append(text)
+        return text
+
+    with EndpointEngine(EndpointConfig(fake, model="alpha", max_concurrent=2)) as engine:
+        assert list(engine.concurrently([lambda: meet("a"), lambda: meet("b")])) == ["a", "b"]
+        gens = [engine.chat(HELLO, GenerationConfig(max_tokens=8)) for _ in range(3)]
+        assert [g.text for g in engine.concurrently([g.run for g in gens])] == ["Hello!"] * 3
+        first, bad, late = (engine.chat(HELLO, GenerationConfig(max_tokens=8), extra={"model": m})
+                            for m in ("alpha", "oom", "slow"))
+        got = []
+        with pytest.raises(EndpointError) as caught:
+            for g in engine.concurrently([first.run, bad.run, late.run]):
+                got.append(g.text)
+        assert caught.value.kind == "server" and got == ["Hello!"] and late.text == "late"  # it had ended
+
+
 def test_sse_data_joins_multiline_events_and_drops_comments():
     lines = [": comment", "event: x", "data: {\"a\":", "data: 1}", "", "", "data:[DONE]"]
     assert list(_sse_data(iter(lines))) == ['{"a":\n1}', "[DONE]"]
