@@ -356,12 +356,7 @@ class EndpointEngine:
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="localrag-endpoint") as pool:
             futures = [pool.submit(call) for call in calls]
             for future in futures:
-                if future.exception() is not None:
-                    break
-                yield future.result()
-        for future in futures:  # (the pool has waited for them all)
-            if future.exception() is not None:
-                raise future.exception()
+                yield future.result()  # an error leaves the block, which first waits for every call
 
     def choice_logprobs(self, messages: Sequence[Message], choices: Sequence[str] = ("Yes", "No"),
                         top_logprobs: int = 20) -> dict[str, float | None] | None:

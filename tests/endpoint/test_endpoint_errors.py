@@ -170,11 +170,9 @@ def test_cancel_stops_a_stream_between_pieces(fake):
 
 def test_concurrently_runs_calls_together_yields_in_order_and_raises_after_all_have_ended(fake):
     together = threading.Barrier(2, timeout=10)  # two calls meet only if they run at once
-    ended: list[str] = []
 
     def meet(text: str) -> str:
         together.wait()
-        ended.append(text)
         return text
 
     with EndpointEngine(EndpointConfig(fake, model="alpha", max_concurrent=2)) as engine:
