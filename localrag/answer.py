@@ -30,7 +30,7 @@ from localrag.backends.base import Backend
 from localrag.backends.endpoint import EndpointEngine, EndpointGeneration
 from localrag.config import GenerationConfig, GroundedConfig, ModelConfig, RasdConfig
 from localrag.engine import Engine
-from localrag.evidence import EvidenceAligner, EvidenceConfig, split_citations
+from localrag.evidence import EvidenceAligner, EvidenceConfig, split_citations, unsupported_reason
 from localrag.generation import Decoder, Generation
 from localrag.models import drafts_for
 from localrag.rag.followup import FollowupConfig, search_query
@@ -90,15 +90,6 @@ def rag_messages(question: str, hits: Sequence[Hit], history: Sequence[dict],
     return msgs
 
 
-def unsupported_reason(evidence: AnswerEvidence | None) -> str:
-    """Why the documents do not support an answer, in words."""
-    if evidence is None or not evidence.sentences:
-        return "no answer was written"
-    if not evidence.cited:
-        return "nothing in the answer was found in them"
-    return f"its support {evidence.score:.3f} is below the calibrated threshold {evidence.threshold:.3f}"
-
-
 def refusal_message(why: str, searched: str) -> str:
     return f"Your documents do not support an answer to this question ({why}).\nWhat was searched: {searched}"
 
@@ -144,7 +135,7 @@ class AnswerConfig:
 
     rasd: RasdConfig = field(default_factory=RasdConfig)
     grounded: GroundedConfig = field(default_factory=GroundedConfig)
-    evidence: EvidenceConfig = field(default_factory=EvidenceConfig)
+    evidence: EvidenceConfig | None = None  # None: the constants fitted for the answer model (EvidenceConfig.for_model)
     followup: FollowupConfig = field(default_factory=FollowupConfig)
     instructions: str = RAG_INSTRUCTIONS
 
@@ -320,7 +311,8 @@ class Answerer:
         """The aligner every mode checks its answers with, on the indexes' already-loaded embedder."""
         if self._aligner is None:
             embedder = self.indexes.embedder() if self.indexes is not None else None
-            self._aligner = EvidenceAligner(embedder, config=self.config.evidence)
+            config = self.config.evidence or EvidenceConfig.for_model(self.engine.model_name)
+            self._aligner = EvidenceAligner(embedder, config=config)
         return self._aligner
 
     def check(self, text: str, question: str, chunks: Sequence[ChunkLike],

@@ -125,8 +125,9 @@ class GroundedConfig:
     similarity to the question is >= this (MiniLM cosine; unrelated text sits near 0-0.2).
     min_score: calibrated selection gate on the best draft's combined score
     (``localrag.grounded.pipeline.combined_score``); below it the answer is "not in the documents".
-    Calibrated with the bundled pair on a held-out sample (`bench qa --suite squad --n 100 --seed 1
-    --limit 30`): the tiny verifier does not separate answerable from unanswerable questions (best
+    Calibrated with the earlier pair (SmolLM2-135M drafting, Gemma-3-270M verifying) on a held-out
+    sample (`bench qa --suite squad --n 100 --seed 1 --limit 30`), not yet refitted for the Qwen
+    pair, nor for a serving engine's scores (no consistency term there): the tiny verifier does not separate answerable from unanswerable questions (best
     free drafts: answerable -7.9 to -4.3, unanswerable -6.4 to -4.4; extractive drafts: -9.1 to
     -6.6 against -9.0 to -5.6), and any gate that turns the unanswerable away drops most answers,
     so the gate is set low: it rejects only drafts both models find implausible. "Not in the

@@ -274,11 +274,13 @@ class Setup:
 
 
 def setup(suite: str | None, data: str | None, split: str, n: int | None, seed: int, mode: str,
-          model: str | None, verifier: str, config: EvidenceConfig, endpoint: EndpointConfig | None = None) -> Setup:
+          model: str | None, verifier: str, config: EvidenceConfig | None,
+          endpoint: EndpointConfig | None = None) -> Setup:
     records = load_records(suite, data, split, n, seed)
     collection = qa_collection(f"grounding-{Path(data).stem if data else suite}-{split}", [r.qa for r in records])
     engine = EndpointEngine(endpoint) if endpoint else Engine.load(ModelConfig(model=model) if model else ModelConfig())
     answerer = Answerer(engine, collection.index, config=AnswerConfig(instructions=QA_INSTRUCTIONS))
+    config = config or EvidenceConfig.for_model(engine.model_name)
     return Setup(records, collection.docs, answerer, EvidenceAligner(collection.index.embedder, config=config),
                  engine.model_name, collection.key, verifier)
 
@@ -334,7 +336,6 @@ def run_grounding(suite: str | None, data: str | None, n: int | None, seed: int 
                   calibrate: bool = False, out: str | None = None, endpoint: EndpointConfig | None = None) -> dict:
     """Answer and align every sampled question; with ``calibrate``, fit the constants on them.
     ``out``: the summary so far is rewritten there after every question."""
-    config = config or EvidenceConfig()
     s = setup(suite, data, split, n, seed, mode, model, verifier, config, endpoint)
     gen = GenerationConfig(max_tokens=32)
     store = AnswerCache(enabled=cache)
@@ -350,7 +351,7 @@ def run_grounding(suite: str | None, data: str | None, n: int | None, seed: int 
     result = {"suite": Path(data).stem if data else suite, "split": split, "seed": seed, "mode": mode, "k": k,
               "model": s.model, **summarize(rows)}
     if calibrate:
-        fitted = fit_weights(rows, config)
+        fitted = fit_weights(rows, s.aligner.config)
         s.aligner = EvidenceAligner(s.aligner.embedder, config=fitted)
         rescored = [score_row(s, rec, a, row.cached) for rec, a, row in zip(s.records, answers, rows, strict=True)]
         fitted = replace(fitted, refusal_threshold=fit_refusal_threshold(rescored),

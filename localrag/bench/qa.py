@@ -53,6 +53,7 @@ from localrag.config import GenerationConfig, GroundedConfig, ModelConfig
 from localrag.engine import Engine
 from localrag.evidence import EvidenceAligner
 from localrag.grounded import GroundedPipeline
+from localrag.grounded.pipeline import check_draft
 from localrag.grounded.scoring import is_refusal, short_answer, usable
 from localrag.modes import MODES, AnswerRequest, GroundedOptions
 from localrag.results import AnswerResult
@@ -118,8 +119,7 @@ def _grounded(answerer: Answerer, pipeline: GroundedPipeline, rec: QARecord, gen
     picks["reranked"] = picks["grounded"]
     if aligner is not None and chosen and not r.supported:  # the best draft failed a check: try the next ones
         def holds(d) -> bool:
-            return d.score >= cfg.min_score and aligner.align(d.text, d.citations,
-                                                               question=rec.question).supported
+            return d.score >= cfg.min_score and not check_draft(aligner, d, d.citations, rec.question)[1]
 
         fallback, seconds = timed(next, (d for d in chosen[1:] if holds(d)), None)
         picks["reranked"] = Pick(fallback.answer if fallback else None, lat + seconds)

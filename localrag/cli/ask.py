@@ -22,15 +22,16 @@ the earlier questions' key terms (``localrag.rag.followup``), as the app does.
 
 from __future__ import annotations
 
+import html
 import json
 import sys
 
-from localrag.answer import Answerer, unsupported_reason
+from localrag.answer import Answerer
 from localrag.app.options import add_endpoint_args, endpoint_config
 from localrag.backends.endpoint import EndpointEngine, EndpointError
 from localrag.cli.core import add_model_args, add_sampling_args, generation_config, model_config
 from localrag.engine import Engine
-from localrag.evidence import mark_citations
+from localrag.evidence import mark_citations, unsupported_reason
 from localrag.models import ModelError
 from localrag.modes import MODES, AnswerRequest, get_mode, option_fields
 from localrag.modes.base import default_of
@@ -145,7 +146,7 @@ def print_details(result: AnswerResult) -> None:
         print(f"  note: {note}", file=out)
     panel = result.extras.panel() if result.extras is not None else None
     if panel is not None:
-        print(f"\n{panel[0]}\n{panel[1]}", file=out)
+        print(f"\n{panel[0]}\n{html.unescape(panel[1])}", file=out)  # the page's Markdown, its text unescaped
     s = result.stats
     times = {"search": round(s.search.seconds, 3), "total": round(s.total_s, 3)}
     if s.generation is not None:

@@ -40,7 +40,7 @@ are checked against the alignment and the check is counted in the stats.
 """
 
 from localrag.evidence.align import EvidenceAligner, VerifierJudge
-from localrag.evidence.citations import mark_citations, split_citations
+from localrag.evidence.citations import mark_citations, split_citations, unsupported_reason
 from localrag.evidence.records import Embedder, EvidenceChunk, EvidenceConfig, Judge, MarkedAnswer
 from localrag.evidence.text import Token, Tokenizer, entity_words, split_sentences, stem, word_tokens
 from localrag.results import (
@@ -55,4 +55,4 @@ from localrag.results import (
 __all__ = ["AlignmentStats", "AnswerEvidence", "CopiedSpan", "Embedder", "EvidenceAligner", "EvidenceChunk",
            "EvidenceConfig", "EvidenceSpan", "Judge", "MarkedAnswer", "SentenceEvidence", "Signals", "Token",
            "Tokenizer", "VerifierJudge", "entity_words", "mark_citations", "split_citations", "split_sentences",
-           "stem", "word_tokens"]
+           "stem", "unsupported_reason", "word_tokens"]

@@ -1,5 +1,5 @@
 """Citations computed from the evidence: the chunks an answer cites, the ones it does not, and the
-answer with ``[n]`` markers after the sentences they support."""
+answer with ``[n]`` markers after the sentences they support, and why an unsupported answer is so."""
 
 from __future__ import annotations
 
@@ -36,3 +36,12 @@ def mark_citations(answer: str, evidence: AnswerEvidence) -> MarkedAnswer:
         at = s.end
     pieces.append(answer[at:])
     return MarkedAnswer("".join(pieces), evidence.cited)
+
+
+def unsupported_reason(evidence: AnswerEvidence | None) -> str:
+    """Why the documents do not support an answer, in words."""
+    if evidence is None or not evidence.sentences:
+        return "no answer was written"
+    if not evidence.cited:
+        return "nothing in the answer was found in them"
+    return f"its support {evidence.score:.3f} is below the calibrated threshold {evidence.threshold:.3f}"

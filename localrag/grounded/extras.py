@@ -48,8 +48,9 @@ class GroundedDraft:
 
     @property
     def text(self) -> str:
-        """The draft as Grounded mode's answer text: the answer, then its rationale (checked as one;
-        the page shows the answer alone, ``GroundedExtras.shown``)."""
+        """The draft as Grounded mode's answer text: the answer, then its rationale (checked
+        together, the answer's own sentences supported too: ``pipeline.check_draft``; the page
+        shows the answer alone, ``GroundedExtras.shown``)."""
         return self.answer if not self.rationale else f"{self.answer}\n\nRationale: {self.rationale}"
 
     def to_dict(self) -> dict:

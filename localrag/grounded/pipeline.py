@@ -38,14 +38,14 @@ import numpy as np
 from localrag.backends.base import BatchBackend
 from localrag.config import GenerationConfig, GroundedConfig
 from localrag.engine import Engine
-from localrag.evidence import EvidenceAligner, split_citations
+from localrag.evidence import EvidenceAligner, EvidenceChunk, split_citations, unsupported_reason
 from localrag.grounded.drafting import chunk_tokens, draft_prompt, draft_steps
 from localrag.grounded.extras import GroundedDraft, GroundedExtras
 from localrag.grounded.scoring import combined_score, score_drafts, select, short_answer
 from localrag.grounded.subsets import cluster, make_subsets, random_subsets, shared_prefix_order
 from localrag.rag.index import DocumentIndex
 from localrag.rag.records import Hit
-from localrag.results import AnswerProgress, AnswerResult, AnswerStats, Citation, SearchStats
+from localrag.results import AnswerEvidence, AnswerProgress, AnswerResult, AnswerStats, Citation, SearchStats
 
 
 def drafter_problem(drafter: Engine) -> str:
@@ -149,10 +149,12 @@ class GroundedPipeline:
                                extras=gs, stats=stats, searched=searched)
             return
         # the final check: the draft's sentence-level evidence in the chunks it was written from
-        evidence = self.aligner.align(text, [hits[i] for i in best.subset], question=question)
+        evidence, why = check_draft(self.aligner, best, [hits[i] for i in best.subset], question)
+        if passed and why:
+            gs.unsupported_reason = why
         citations, also = split_citations(evidence, hits)
         stats.total_s = time.perf_counter() - t0
-        yield AnswerResult(text=text, mode=self.mode, citations=citations, supported=passed and evidence.supported,
+        yield AnswerResult(text=text, mode=self.mode, citations=citations, supported=passed and not why,
                            extras=gs, stats=stats, searched=searched, also_searched=also, evidence=evidence)
 
     def write_and_score(self, question: str, hits: Sequence[Hit], subsets: Sequence[Sequence[int]],
@@ -189,6 +191,25 @@ class GroundedPipeline:
         extras.unsupported_reason = why
         return AnswerResult(text="", mode=self.mode, citations=[], supported=False, extras=extras, stats=stats,
                             searched=searched)
+
+
+YES_NO = ("yes", "no")  # answers no text holds word for word: their rationale is their evidence
+
+
+def check_draft(aligner: EvidenceAligner, draft: GroundedDraft, chunks: Sequence[EvidenceChunk],
+                question: str) -> tuple[AnswerEvidence, str]:
+    """(the evidence of the draft's text, answer then rationale, in ``chunks``; why the documents do
+    not support it, '' when they do). Checked as one, a rationale quoted from a chunk lifts the
+    answer's support past the threshold even when the answer itself is found nowhere ("1200 watts"
+    beside a quoted sentence about litres), so each sentence of the answer must be supported too,
+    except a bare yes or no, which no text holds word for word."""
+    evidence = aligner.align(draft.text, chunks, question=question)
+    if not evidence.supported:
+        return evidence, unsupported_reason(evidence)
+    own = [s for s in evidence.sentences if s.start < len(draft.answer)]
+    if draft.answer.strip(" .!").lower() not in YES_NO and not all(s.supported for s in own):
+        return evidence, "its answer is found nowhere in them, only its rationale is"
+    return evidence, ""
 
 
 LOOPED = "its answer repeated itself"  # why a draft the repetition guard stopped was dropped

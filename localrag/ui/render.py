@@ -30,8 +30,8 @@ import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from localrag.answer import unsupported_reason
 from localrag.app.history import Turn
+from localrag.evidence import unsupported_reason
 from localrag.modes import get_mode
 from localrag.results import AnswerEvidence, AnswerStats, Citation, ModeExtras
 

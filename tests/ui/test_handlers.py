@@ -176,8 +176,8 @@ def test_stop_in_one_tab_leaves_the_other_answering_and_the_waiting_tab_shows_it
     fake_answering.on_piece = hold_a
     views: dict[str, list] = {"a": [], "b": []}
 
-    def ask(tab):
-        for v in chat.respond(None, f"question of {tab}", Settings(), owner=f"tab-{tab}"):
+    def ask(tab):  # (a question the fake answer answers, so that the evidence check passes it)
+        for v in chat.respond(None, f"Who polished the mirror of {tab}?", Settings(), owner=f"tab-{tab}"):
             views[tab].append(v)
 
     ta = threading.Thread(target=ask, args=("a",), name="tab-a")
