@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from localrag.answer import AnswerConfig, Answerer
 from localrag.evidence import (
     AnswerEvidence,
     CopiedSpan,
@@ -19,6 +20,7 @@ from localrag.evidence import (
     split_sentences,
     word_tokens,
 )
+from localrag.evidence.records import SMALL_MODELS_FIT
 from localrag.results import AnswerResult, AnswerStats
 
 
@@ -277,3 +279,23 @@ def test_evidence_and_the_answer_result_holding_it_survive_json(aligner):
                           searched="searched", evidence=ev, refusal="Your documents do not support an answer.")
     again = AnswerResult.from_dict(json.loads(json.dumps(result.to_dict())))
     assert again == result and again.refused and again.to_dict()["evidence"]["sentences"][1]["supported"] is False
+
+
+class _Named:
+    """An engine as far as the evidence check asks: the name of the model that writes the answers."""
+
+    def __init__(self, model_name: str) -> None:
+        self.model_name = model_name
+
+
+def test_each_answer_model_is_checked_with_the_constants_fitted_for_it():
+    """The default model's fit by default (and for any model without its own), the bundled small
+    models' own fit for them, and constants the app is given over either."""
+    def config(model: str, **answer) -> EvidenceConfig:
+        return Answerer(_Named(model), config=AnswerConfig(**answer)).evidence_aligner().config
+
+    default, small = config("qwen2.5-coder-1.5b-instruct"), config("smollm2-135m-instruct")
+    assert default == config("my-own-model") == EvidenceConfig() and small == SMALL_MODELS_FIT == config("gemma3-270m")
+    assert small.refusal_threshold < default.refusal_threshold  # SmolLM2's supported answers score far lower
+    given = EvidenceConfig(refusal_threshold=0.5)
+    assert config("smollm2-135m-instruct", evidence=given) is given
