@@ -52,9 +52,9 @@ def test_draft_model_speculation_answers_as_plain_and_accepts_its_own_drafts(pee
     text, ids, cfg, plain_text = prompt
     assert "pier 14" in plain_text
     run = peers.run(method, text, ids, cfg, plain_text)
-    assert run["identical"], "llama.cpp's greedy answer differs from ours"
-    assert run["n"] >= cfg.max_tokens - 1 and run["decode_s"] > 0
-    stats = run["stats"]
+    assert run.identical, "llama.cpp's greedy answer differs from ours"
+    assert run.n >= cfg.max_tokens - 1 and run.decode_s > 0
+    stats = run.stats
     assert stats["n_draft"] == 4 and stats["n_drafted"] > 0
     # a model drafting for itself: most drafts accepted, so several tokens per target forward
     assert stats["mean_accepted"] > 2.5, stats
@@ -63,7 +63,7 @@ def test_draft_model_speculation_answers_as_plain_and_accepts_its_own_drafts(pee
 def test_lookup_runs_on_the_same_prompt(peers, prompt):
     text, ids, cfg, plain_text = prompt
     run = peers.run("llama-lookup", text, ids, cfg, plain_text)
-    assert run["identical"] and run["stats"]["n_draft"] == 3
+    assert run.identical and run.stats["n_draft"] == 3
 
 
 def test_a_speculative_peer_without_a_draft_model_is_refused(peers, prompt):

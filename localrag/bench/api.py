@@ -36,7 +36,7 @@ import tempfile
 import time
 import urllib.parse
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -71,6 +71,16 @@ def add_bench_cli(sub) -> None:
                    help="measure a server already running with the same model (default: start one)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_api)
+
+
+@dataclass(frozen=True)
+class ApiRound:
+    """One prompt answered both ways in one round (in the order ``alternate`` gave the round)."""
+
+    round: int
+    prompt: str
+    in_process: Timing
+    api: Timing
 
 
 def in_process(engine: Engine, prompt: str, gen: GenerationConfig) -> Timing:
@@ -187,8 +197,7 @@ def cmd_api(args) -> int:
             for r in range(args.rounds):
                 for prompt in PROMPTS:
                     timings = {side: sides[side](prompt) for side in alternate(sides, r)}
-                    rows.append({"round": r, "prompt": prompt, "in_process": asdict(timings["in_process"]),
-                                 "api": asdict(timings["api"])})
+                    rows.append(ApiRound(r, prompt, in_process=timings["in_process"], api=timings["api"]))
         finally:
             conn.close()
         engine.close()
@@ -198,14 +207,14 @@ def cmd_api(args) -> int:
     return output(summarize(rows, args), args.json, print_api)
 
 
-def summarize(rows: list[dict], args) -> dict:
+def summarize(rows: list[ApiRound], args) -> dict:
     def med(side: str, key: str) -> float:
-        return statistics.median(row[side][key] for row in rows)
+        return statistics.median(getattr(getattr(row, side), key) for row in rows)
 
     def ratio(key: str) -> float:
-        return median_ratio([r["api"][key] for r in rows], [r["in_process"][key] for r in rows])
+        return median_ratio([getattr(r.api, key) for r in rows], [getattr(r.in_process, key) for r in rows])
 
-    same = sum(r["api"]["text"] == r["in_process"]["text"] for r in rows)
+    same = sum(r.api.text == r.in_process.text for r in rows)
     return {"model": args.model, "rounds": args.rounds, "prompts": len(PROMPTS), "max_new_tokens": args.max_new_tokens,
             "in_process": {"ttft_s": med("in_process", "ttft_s"), "decode_tps": med("in_process", "decode_tps")},
             "api": {"ttft_s": med("api", "ttft_s"), "decode_tps": med("api", "decode_tps")},

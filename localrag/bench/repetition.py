@@ -19,7 +19,7 @@ import hashlib
 import json
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 
 from localrag.bench.common import output, repeated_sentence
 from localrag.bench.data import SUITES, load_suite
@@ -31,7 +31,18 @@ SWEEP = (RepetitionConfig(), RepetitionConfig(min_words=2), RepetitionConfig(min
          RepetitionConfig(min_span=8), RepetitionConfig(min_span=24), RepetitionConfig(max_period=128))
 
 
-def generate(engine: Engine, suite: str, n: int, max_new: int) -> list[dict]:
+@dataclass(frozen=True)
+class Output:
+    """One prompt's plain output, decoded without the guard."""
+
+    suite: str
+    prompt: str  # its first 200 characters
+    tokens: list[int]
+    text: str
+    stop_reason: str
+
+
+def generate(engine: Engine, suite: str, n: int, max_new: int) -> list[Output]:
     """Plain outputs without the guard, cached per (model, suite, prompt, limit)."""
     out = []
     root = default_cache_dir() / "repetition"
@@ -42,37 +53,36 @@ def generate(engine: Engine, suite: str, n: int, max_new: int) -> list[dict]:
                                        max_new]).encode()).hexdigest()
         f = root / f"{key}.json"
         if f.is_file():
-            out.append(json.loads(f.read_text(encoding="utf-8")))
+            out.append(Output(**json.loads(f.read_text(encoding="utf-8"))))
             continue
         cfg = GenerationConfig(max_tokens=max_new, repetition=None)
         gen = engine.chat(msgs, cfg) if p.chat else engine.complete(p.prompt, cfg)
         gen.run()
-        row = {"suite": suite, "prompt": p.prompt[:200], "tokens": gen.tokens, "text": gen.text,
-               "stop_reason": gen.stats.stop_reason}
-        f.write_text(json.dumps(row), encoding="utf-8")
+        row = Output(suite, p.prompt[:200], list(gen.tokens), gen.text, gen.stats.stop_reason)
+        f.write_text(json.dumps(asdict(row)), encoding="utf-8")
         out.append(row)
     return out
 
 
-def judge(engine: Engine, rows: list[dict], config: RepetitionConfig) -> dict:
+def judge(engine: Engine, rows: list[Output], config: RepetitionConfig) -> dict:
     """The guard replayed over every output."""
     stops, saved, pushes, seconds, repeating = [], 0, 0, 0.0, 0
     for row in rows:
         t0 = time.perf_counter()
-        guard = replay(row["tokens"], engine.backend.token_bytes, config)
+        guard = replay(row.tokens, engine.backend.token_bytes, config)
         seconds += time.perf_counter() - t0
         pushes += len(guard.tokens)
-        kept = row["text"]
+        kept = row.text
         if guard.fired:
             text, kept = guard.text, guard.text[:guard.cut]
-            saved += len(row["tokens"]) - len(guard.tokens)
-            stops.append({"pattern": guard.pattern, "prompt": row["prompt"][:80],
+            saved += len(row.tokens) - len(guard.tokens)
+            stops.append({"pattern": guard.pattern, "prompt": row.prompt[:80],
                           "kept_tail": kept[-160:], "repeat": text[guard.cut:guard.cut + 120]})
         repeating += repeated_sentence(kept) is not None
     return {"outputs": len(rows), "fired": len(stops),
             "by_pattern": {p: sum(s["pattern"] == p for s in stops) for p in ("sentence", "span")},
             "tokens_saved": saved,
-            "repeat_a_sentence_without_guard": sum(repeated_sentence(r["text"]) is not None for r in rows),
+            "repeat_a_sentence_without_guard": sum(repeated_sentence(r.text) is not None for r in rows),
             "repeat_a_sentence_with_guard": repeating,
             "guard_us_per_token": round(1e6 * seconds / max(pushes, 1), 1),
             "stops": stops}
@@ -84,7 +94,7 @@ def run_repetition(suites: list[str], n: int, max_new: int, model: str | None, s
     result = {"model": engine.model_name, "n": n, "max_new_tokens": max_new, "suites": {}}
     for suite in suites:
         rows = generate(engine, suite, n, max_new)
-        result["suites"][suite] = {"stopped_by": {r: sum(x["stop_reason"] == r for x in rows) for r in ("eog", "length")},
+        result["suites"][suite] = {"stopped_by": {r: sum(x.stop_reason == r for x in rows) for r in ("eog", "length")},
                                    "configs": [{"config": asdict(c), **judge(engine, rows, c)} for c in configs]}
     return result
 

@@ -51,13 +51,11 @@ ratios and the printout), ``speed_peer`` (llama.cpp's C++ programs) and ``speed_
 
 Transformers backend: ``--backend hf`` loads the target through ``localrag.bench.speed_hf``
 (``load_target``) and adds its methods (``extra_methods``: hf-plain, hf-pld, hf-assisted), each
-``fn(engine, ids: list[int], cfg: GenerationConfig, docs: list[str]) -> dict`` returning
-{"tokens": list[int], "decode_s": float, "stats": dict}.
+``fn(engine, ids: list[int], cfg: GenerationConfig, docs: list[str]) -> Run``.
 """
 
 from __future__ import annotations
 
-import statistics
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -79,7 +77,8 @@ from localrag.bench.speed_peer import (
     needs_draft,
     peer_tools,
 )
-from localrag.bench.speed_report import first_divergence, print_report, slim, summarise
+from localrag.bench.speed_report import first_divergence, print_report, summarise
+from localrag.bench.speed_runs import MethodRuns, Run, SpeedRow, SuiteRuns
 from localrag.config import DEFAULT_MODEL, GenerationConfig, ModelConfig, RasdConfig
 from localrag.engine import Engine
 from localrag.generation import Decoder, Generation, PlainDecoder, Sampler
@@ -143,17 +142,17 @@ class MarginRecorder(Decoder):
             logits = backend.decode_one(token)
 
 
-def run_generation(engine: Engine, ids: list[int], cfg: GenerationConfig, decoder: Decoder) -> dict:
+def run_generation(engine: Engine, ids: list[int], cfg: GenerationConfig, decoder: Decoder) -> Run:
     """One timed generation from an empty cache: every method and round prefills the whole prompt
     the same way, so all start from the same logits (reusing the previous run's KV would evaluate
     the last prompt token alone, and its slightly different logits can flip a near-tie)."""
     engine.backend.reset()
     gen = Generation(engine.backend, ids, decoder, cfg).run()
     decoder_stats = gen.stats.decoder.to_dict() if gen.stats.decoder is not None else {}
-    return {"tokens": list(gen.tokens), "decode_s": gen.stats.decode_seconds, "stats": decoder_stats}
+    return Run(decode_s=gen.stats.decode_seconds, tokens=list(gen.tokens), stats=decoder_stats)
 
 
-def run_cached(engine: Engine, ids: list[int], cfg: GenerationConfig) -> dict:
+def run_cached(engine: Engine, ids: list[int], cfg: GenerationConfig) -> Run:
     """Plain decoding through the prompt cache: the KV cache first holds the prompt's first two
     thirds followed by tokens of another text (the prompt's own opening, shifted), so the
     generation keeps the common prefix, drops the rest and prefills the prompt's last third,
@@ -163,8 +162,8 @@ def run_cached(engine: Engine, ids: list[int], cfg: GenerationConfig) -> dict:
     be.reset()
     be.prefill(ids[:cut] + ids[1 : 1 + min(16, cut)])
     gen = Generation(be, ids, PlainDecoder(), cfg).run()
-    return {"tokens": list(gen.tokens), "decode_s": gen.stats.decode_seconds, "stats": {},
-            "reused_prompt_tokens": gen.stats.reused_prompt_tokens}
+    return Run(decode_s=gen.stats.decode_seconds, tokens=list(gen.tokens),
+               reused_prompt_tokens=gen.stats.reused_prompt_tokens)
 
 
 class PldRunner:
@@ -187,18 +186,15 @@ class PldRunner:
         dt = time.perf_counter() - t0
         return dt, out["choices"][0]["text"], out["usage"]["completion_tokens"]
 
-    def run(self, ids, cfg) -> dict:
+    def run(self, ids, cfg, plain_text: str) -> Run:
+        """Prompt lookup, beside the same Llama's plain run (``llama_plain``); identical: the same
+        text as our plain's."""
         self._timed(ids, cfg.with_(max_tokens=1), None)  # prefill once: both timed runs reuse the prompt KV
         t_plain, text_plain, n_plain = self._timed(ids, cfg, None)
         t_pld, text_pld, n_pld = self._timed(ids, cfg, self.draft)
-        return {
-            "decode_s": t_pld,
-            "n": n_pld,
-            "text": text_pld,
-            "llama_plain_s": t_plain,
-            "n_plain": n_plain,
-            "identical_to_llama_plain": text_pld == text_plain,
-        }
+        return Run(decode_s=t_pld, n=n_pld, identical=text_pld == plain_text,
+                   stats={"identical_to_llama_plain": text_pld == text_plain},
+                   llama_plain=Run(decode_s=t_plain, n=n_plain))
 
 
 # --- noise bound -------------------------------------------------------------------
@@ -256,34 +252,29 @@ def _encode(engine, p: Prompt, max_new: int) -> tuple[str, list[int], Generation
 def run_suite(
     engine, prompts: list[Prompt], methods: list[str], decoders: dict, pld, extra: dict, max_new: int,
     repeats: int = 1, peers: CppPeers | None = None, cost: CostModel | None = None,
-) -> dict:
-    """Every method on every prompt, `repeats` rounds interleaved; per method the median decode time.
-    With `cost`, plain's row also holds the copy bound of its output (``copy_bound``).
-
-    Tokens and stats come from the first round. Every round's time and token count are kept
-    (``decode_s_rounds``, ``n_tokens_rounds``) for per-round ratios: a speculative decoder's state
-    carries over between rounds, so a near-tie may flip differently and change an answer's length.
-    ``decode_s`` is the median time."""
-    rows: list[dict] = []
+) -> SuiteRuns:
+    """Every method on every prompt, `repeats` rounds interleaved (every round's run is kept).
+    With `cost`, plain's runs also hold the copy bound of its answer."""
+    rows: list[SpeedRow] = []
     noise = {"max_abs_logit_diff": 0.0, "max_margin_diff": 0.0}
     for i, p in enumerate(prompts):
         text, ids, cfg = _encode(engine, p, max_new)
         rec = {"margins": [], "top2": [], "logits": []}
-        runs: dict[str, list[dict]] = {}
+        runs: dict[str, list[Run]] = {}
         for rnd in range(repeats):
             plain = run_generation(engine, ids, cfg, MarginRecorder(rec, max_new) if rnd == 0 else PlainDecoder())
             runs.setdefault("plain", []).append(plain)
+            truth = runs["plain"][0].tokens  # plain's first round: the answer every run is held to
             if rnd == 0:
-                rec["tokens"] = plain["tokens"]
-                plain_text = engine.backend.detokenize(plain["tokens"])
-                if cost is not None:
-                    plain["copy_bound"] = _copy_bound(engine, p, ids, plain["tokens"], cost)
+                rec["tokens"] = truth
+                plain_text = engine.backend.detokenize(truth)
+            else:
+                plain.identical = plain.tokens == truth
             for m in methods:
                 if m == "plain" or (m == "pld" and pld is None) or (m == "plain-cached" and rnd > 0):
                     continue
                 if m == "pld":
-                    r = pld.run(ids, cfg)
-                    r["identical"] = r.pop("text") == engine.backend.detokenize(runs["plain"][0]["tokens"])
+                    r = pld.run(ids, cfg, plain_text)
                 elif is_peer_method(m):
                     r = peers.run(m, text, ids, cfg, plain_text)
                 elif m == "plain-cached":
@@ -296,32 +287,19 @@ def run_suite(
                     dec.record_logits = [] if rnd == 0 else None
                     r = run_generation(engine, ids, cfg, dec)
                     if rnd == 0:
-                        nb = verify_noise(rec, dec.record_logits, r["tokens"])
+                        nb = verify_noise(rec, dec.record_logits, r.tokens)
                         noise = {k: max(noise[k], nb[k]) for k in noise}
                         dec.record_logits = None
-                if "identical" not in r:
-                    r["identical"] = r["tokens"] == runs["plain"][0]["tokens"]
+                if r.identical is None and r.n is None:  # our own Generation decoded it
+                    r.identical = r.tokens == truth
                 runs.setdefault(m, []).append(r)
-            if rnd > 0:
-                plain["identical"] = plain["tokens"] == runs["plain"][0]["tokens"]
-        row = {"prompt": i, "prompt_tokens": len(ids)}
-        for m, rs in runs.items():
-            row[m] = {**rs[0], "decode_s": statistics.median(r["decode_s"] for r in rs),
-                      "decode_s_rounds": [r["decode_s"] for r in rs],
-                      # plain: its later rounds against its first; the others: every round against plain's first
-                      "identical_rounds": [r["identical"] for r in (rs[1:] if m == "plain" else rs)]}
-            if m == "pld":
-                row[m]["llama_plain_s_rounds"] = [r["llama_plain_s"] for r in rs]
-                row[m]["llama_plain_s"] = statistics.median(r["llama_plain_s"] for r in rs)
-                row[m]["n_plain_rounds"] = [r["n_plain"] for r in rs]
-            if "n" in rs[0]:  # timed outside our Generation: its own token counts
-                row[m]["n_rounds"] = [r["n"] for r in rs]
-            else:
-                row[m]["n_tokens_rounds"] = [len(r["tokens"]) for r in rs]
-        row["plain"]["margins"] = rec["margins"]
+        methods_runs = {m: MethodRuns(rs) for m, rs in runs.items()}
+        methods_runs["plain"].margins = rec["margins"]
+        if cost is not None:
+            methods_runs["plain"].copy_bound = _copy_bound(engine, p, ids, rec["tokens"], cost)
         rec["logits"] = []  # (max_new, V) floats: free them before the next prompt
-        rows.append(row)
-    return {"rows": rows, "noise": noise}
+        rows.append(SpeedRow(prompt=i, prompt_tokens=len(ids), methods=methods_runs))
+    return SuiteRuns(rows, noise)
 
 
 # --- the copy bound ------------------------------------------------------------------
@@ -429,7 +407,7 @@ def cmd_speed(args) -> int:
         prompts = load_prompts_file(suite, args.n) if args.prompts else load_suite(suite, args.n)
         result = run_suite(engine, prompts, methods, decoders, pld, extra, args.max_new_tokens, args.repeats, peers,
                            cost)
-        report["suites"][suite] = {"summary": summarise(result, methods), "rows": slim(result["rows"])}
+        report["suites"][suite] = {"summary": summarise(result, methods), "rows": [r.to_json() for r in result.rows]}
     return output(report, args.json, print_report)
 
 

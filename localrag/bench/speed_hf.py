@@ -3,7 +3,7 @@
 Used by localrag.bench.speed:
 
     load_target(args) -> Engine     the --model loaded through transformers (a GGUF is dequantized)
-    extra_methods(args) -> {name: fn(engine, ids, cfg, docs) -> {"tokens", "decode_s", "stats"}}
+    extra_methods(args) -> {name: fn(engine, ids, cfg, docs) -> Run}
 
 Extra methods, each on the same model object as our own methods, interleaved per prompt:
   hf-plain     model.generate(do_sample=False): transformers' own greedy loop (the issue's baseline)
@@ -29,13 +29,14 @@ import torch
 
 from localrag.backends import hf_compat
 from localrag.backends.hf import HFBackend
+from localrag.bench.speed_runs import Run
 from localrag.config import GenerationConfig, ModelConfig
 from localrag.engine import Engine
 from localrag.models import resolve
 
 PLD_TOKENS = 10  # transformers' documented typical value for prompt_lookup_num_tokens
 
-Method = Callable[[Engine, list[int], GenerationConfig, list[str]], dict]
+Method = Callable[[Engine, list[int], GenerationConfig, list[str]], Run]
 
 
 def load_target(args) -> Engine:
@@ -59,7 +60,7 @@ def extra_methods(args) -> dict[str, Method]:
 
 
 # --- one timed generate() ---------------------------------------------------------------
-def timed_generate(engine: Engine, ids: list[int], cfg: GenerationConfig, **generate_kwargs) -> dict:
+def timed_generate(engine: Engine, ids: list[int], cfg: GenerationConfig, **generate_kwargs) -> Run:
     """Greedy model.generate; decode time excludes the prompt's prefill; tokens up to the first EOG.
 
     Plain generate continues from a cache prefilled with ids[:-1] outside the clock.
@@ -90,14 +91,14 @@ def timed_generate(engine: Engine, ids: list[int], cfg: GenerationConfig, **gene
         if be.is_eog(t):
             break
         tokens.append(t)
-    return {"tokens": tokens, "decode_s": decode_s, "stats": {"prefill_s_subtracted": prefill_s}}
+    return Run(decode_s=decode_s, tokens=tokens, stats={"prefill_s_subtracted": prefill_s})
 
 
-def hf_plain(engine: Engine, ids: list[int], cfg: GenerationConfig, docs: list[str]) -> dict:
+def hf_plain(engine: Engine, ids: list[int], cfg: GenerationConfig, docs: list[str]) -> Run:
     return timed_generate(engine, ids, cfg)
 
 
-def hf_pld(engine: Engine, ids: list[int], cfg: GenerationConfig, docs: list[str]) -> dict:
+def hf_pld(engine: Engine, ids: list[int], cfg: GenerationConfig, docs: list[str]) -> Run:
     return timed_generate(engine, ids, cfg, prompt_lookup_num_tokens=PLD_TOKENS)
 
 
@@ -116,7 +117,7 @@ class AssistedMethod:
         cfg = ModelConfig(model=self.args.draft, backend="hf", device=str(target.device), dtype=_dtype_name(target.dtype))
         return HFBackend(cfg, spec).model
 
-    def __call__(self, engine: Engine, ids: list[int], cfg: GenerationConfig, docs: list[str]) -> dict:
+    def __call__(self, engine: Engine, ids: list[int], cfg: GenerationConfig, docs: list[str]) -> Run:
         if self.assistant is None:
             self.assistant = self._load(engine)
         return timed_generate(engine, ids, cfg, assistant_model=self.assistant)

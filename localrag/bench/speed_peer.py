@@ -48,6 +48,7 @@ from pathlib import Path
 
 import llama_cpp
 
+from localrag.bench.speed_runs import Run
 from localrag.config import GenerationConfig
 from localrag.engine import Engine
 from localrag.llamacpp_build import BuildUnavailable, llama_programs
@@ -228,11 +229,12 @@ class CppPeers:
             raise RuntimeError("the peer's prompt would not tokenize to the benchmark's prompt ids")
         return text
 
-    def run(self, method: str, text: str, ids: list[int], cfg: GenerationConfig, plain_text: str) -> dict:
-        """One timed run: {"n": tokens decoded, "decode_s", "identical" (None: not comparable), "stats"}."""
+    def run(self, method: str, text: str, ids: list[int], cfg: GenerationConfig, plain_text: str) -> Run:
+        """One timed run, its tokens counted in ``n`` (llama-bench's ``identical`` is None: it writes
+        no answer to compare)."""
         if method == "llama-bench":
             tps = run_llama_bench(self.tools, self.model, len(ids), cfg.max_tokens, self.threads)
-            return {"n": cfg.max_tokens, "decode_s": cfg.max_tokens / tps, "identical": None, "stats": {}}
+            return Run(decode_s=cfg.max_tokens / tps, n=cfg.max_tokens)
         setting = draft_setting(method)
         if setting is not None:
             if self.draft_model is None:
@@ -246,6 +248,6 @@ class CppPeers:
                              self.n_ctx)
         # its output runs on past the answer by up to a draft (and renders the end-of-turn token):
         # the same answer is plain's text followed by anything
-        return {"n": run.n_tokens, "decode_s": run.decode_s, "identical": run.text.startswith(plain_text),
-                "stats": {"n_draft": run.n_draft, "n_drafted": run.n_drafted, "n_accept": run.n_accept,
-                          "mean_accepted": run.n_tokens / max(run.n_tokens - run.n_accept, 1)}}
+        return Run(decode_s=run.decode_s, n=run.n_tokens, identical=run.text.startswith(plain_text),
+                   stats={"n_draft": run.n_draft, "n_drafted": run.n_drafted, "n_accept": run.n_accept,
+                          "mean_accepted": run.n_tokens / max(run.n_tokens - run.n_accept, 1)})

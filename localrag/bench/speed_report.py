@@ -14,38 +14,7 @@ import numpy as np
 
 from localrag.bench.common import fmt, table
 from localrag.bench.speed_peer import is_peer_method
-
-# methods whose runs count tokens as "n" (timed outside our Generation) rather than by their tokens
-COUNTED = ("pld",)
-
-
-def _n_key(method: str) -> str:
-    return "n" if method in COUNTED or is_peer_method(method) else "n_tokens"
-
-
-def round_ratios(run: dict, base: dict, n_key: str = "n_tokens", base_n_key: str = "n_tokens",
-                 base_s_key: str = "decode_s") -> list[float]:
-    """tokens/s of `run` over `base`'s, one ratio per round, each from that round's own token
-    counts and times: each round's runs are adjacent in time, so a slow drift of the machine
-    cancels; medians are then over prompts x rounds."""
-    seconds, base_seconds = _rounds(run), _rounds(base, base_s_key)
-    ns, base_ns = _rounds(run, n_key, len(seconds)), _rounds(base, base_n_key, len(base_seconds))
-    return [(n / b) / (nb / a) if a and b and nb else 0.0
-            for n, b, nb, a in zip(ns, seconds, base_ns, base_seconds, strict=False)]
-
-
-def round_tokens_per_s(run: dict, n_key: str = "n_tokens") -> list[float]:
-    """The run's tokens/s in each round."""
-    seconds = _rounds(run)
-    return [n / s if s else 0.0 for n, s in zip(_rounds(run, n_key, len(seconds)), seconds, strict=False)]
-
-
-def _rounds(run: dict, key: str = "decode_s", n: int = 1) -> list:
-    """A run's per-round values of `key` (one recorded without rounds counts as n equal rounds; a
-    token count missing altogether is the length of the first round's tokens)."""
-    if f"{key}_rounds" in run:
-        return run[f"{key}_rounds"]
-    return [run[key] if key in run else len(run["tokens"])] * n
+from localrag.bench.speed_runs import SuiteRuns
 
 
 def first_divergence(a: list[int], b: list[int]) -> int | None:
@@ -55,9 +24,11 @@ def first_divergence(a: list[int], b: list[int]) -> int | None:
     return None if len(a) == len(b) else min(len(a), len(b))
 
 
-def summarise(result: dict, methods: list[str]) -> dict:
-    rows, bound = result["rows"], result["noise"]["max_abs_logit_diff"]
-    out = {"noise_bound": result["noise"]}
+def summarise(result: SuiteRuns, methods: list[str]) -> dict:
+    """Per method: identical answers, the median speedup over plain and over each C++ peer, tokens/s,
+    acceptance, the oracle and copy bounds and the time split (the ``--json`` summary)."""
+    bound = result.noise["max_abs_logit_diff"]
+    out: dict = {"noise_bound": result.noise}
     peers = [m for m in methods if is_peer_method(m) and m != "llama-bench"]
     for m in methods:
         sp, tps, acc, orc, est, look, sp_hf, copy = [], [], [], [], [], [], [], []
@@ -66,41 +37,42 @@ def summarise(result: dict, methods: list[str]) -> dict:
         hw = dhw = None
         split = {"retrieve": 0.0, "draft": 0.0, "verify": 0.0, "plain": 0.0}
         n = 0
-        for r in rows:
-            if m not in r:
+        for row in result.rows:
+            if m not in row.methods:
                 continue
             n += 1
-            plain, x = r["plain"], r[m]
-            tps.extend(round_tokens_per_s(x, _n_key(m)))
+            plain, x = row.plain, row.methods[m]
+            tps.extend(x.tokens_per_s())
             for p in vs:
-                if p in r:
-                    vs[p].extend(round_ratios(x, r[p], _n_key(m), "n"))
+                if p in row.methods:
+                    vs[p].extend(x.ratios(row.methods[p]))
+            rounds = x.identical_rounds(is_plain=m == "plain")
             if m == "plain":
                 sp.append(1.0), acc.append(1.0)
-                if "copy_bound" in x:
-                    copy.append(x["copy_bound"])
-                if x["identical_rounds"]:  # a later round to compare with
+                if x.copy_bound is not None:
+                    copy.append(x.copy_bound)
+                if rounds:  # a later round to compare with
                     compared += 1
-                    same += all(x["identical_rounds"])
+                    same += all(rounds)
                 continue
-            if None not in x["identical_rounds"]:  # llama-bench decodes no answer to compare
+            if None not in rounds:  # llama-bench decodes no answer to compare
                 compared += 1
-                same += all(x["identical_rounds"])
+                same += all(rounds)
             if m == "pld":  # against llama-cpp-python's own plain run of the same round
-                sp.extend(round_ratios(x, x, "n", "n_plain", "llama_plain_s"))
+                sp.extend(x.ratios_over_llama_plain())
                 continue
-            sp.extend(round_ratios(x, plain, _n_key(m)))  # one ratio per round, against plain's same round
+            sp.extend(x.ratios(plain))  # one ratio per round, against plain's same round
+            st = x.first.stats
             if is_peer_method(m):
-                acc.append(x["stats"].get("mean_accepted", 1.0))
+                acc.append(st.get("mean_accepted", 1.0))
                 continue
-            d = first_divergence(x["tokens"], plain["tokens"])
-            if d is not None and d < len(plain["margins"]) and plain["margins"][d] <= bound:
+            d = first_divergence(x.first.tokens, plain.first.tokens)
+            if d is not None and d < len(plain.margins) and plain.margins[d] <= bound:
                 ties += 1
             if m == "plain-cached":
                 continue
-            if "hf-plain" in r:  # the transformers backend: also against transformers' own greedy loop
-                sp_hf.extend(round_ratios(x, r["hf-plain"]))
-            st = x["stats"]
+            if "hf-plain" in row.methods:  # the transformers backend: also against transformers' own greedy loop
+                sp_hf.extend(x.ratios(row.methods["hf-plain"]))
             acc.append(st.get("mean_accepted", 1.0))
             orc.append(st.get("oracle_speedup", 1.0))
             hw = st.get("hardware_limit_speedup", hw)
@@ -135,20 +107,6 @@ def summarise(result: dict, methods: list[str]) -> dict:
             # plain only: the most any drafter copying text could gain here (speed.copy_bound), median
             "copy_bound_median": statistics.median(copy) if copy else None,
         }
-    return out
-
-
-def slim(rows: list[dict]) -> list[dict]:
-    """Per-prompt records without the bulky token and margin lists."""
-    out = []
-    for r in rows:
-        d = {"prompt": r["prompt"], "prompt_tokens": r["prompt_tokens"]}
-        for m, x in r.items():
-            if isinstance(x, dict):
-                d[m] = {k: v for k, v in x.items() if k not in ("tokens", "margins")}
-                if "tokens" in x:
-                    d[m]["n_tokens"] = len(x["tokens"])
-        out.append(d)
     return out
 
 

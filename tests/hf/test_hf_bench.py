@@ -22,10 +22,10 @@ def test_hf_methods_match_our_plain_greedy():
     engine = _Engine(backend=be)
     for method in (hf_plain, hf_pld):
         r = method(engine, tiny_prompt(), cfg, [])
-        assert r["tokens"] == ours and r["decode_s"] > 0
+        assert r.tokens == ours and r.decode_s > 0
     assistant = tiny_model(seed=22)  # a different small model: output must still be the target's
     r = timed_generate(engine, tiny_prompt(), cfg, assistant_model=assistant)
-    assert r["tokens"] == ours
+    assert r.tokens == ours
 
 
 def test_extra_methods_offer_assisted_only_with_a_draft():

@@ -11,6 +11,7 @@ import pytest
 
 from localrag.bench.speed import verify_noise
 from localrag.bench.speed_report import first_divergence, summarise
+from localrag.bench.speed_runs import MethodRuns, Run, SpeedRow, SuiteRuns
 
 
 def testfirst_divergence():
@@ -19,46 +20,68 @@ def testfirst_divergence():
     assert first_divergence([1, 2], [1, 2, 3]) == 2
 
 
+def _plain(tokens, later_rounds, margins=(5.0, 0.1, 5.0, 5.0)):
+    """Plain's runs of one prompt: a first round, then rounds that did or did not repeat it."""
+    first = Run(decode_s=1.0, tokens=list(tokens))
+    later = [Run(decode_s=1.0, tokens=list(tokens), identical=same) for same in later_rounds]
+    return MethodRuns([first, *later], margins=list(margins))
+
+
+def _method(tokens, rounds, decode_s=0.5):
+    return MethodRuns([Run(decode_s=decode_s, tokens=list(tokens), stats={"mean_accepted": 2.0}, identical=same)
+                       for same in rounds])
+
+
+def _summary(rows, methods):
+    return summarise(SuiteRuns([SpeedRow(i, 10, m) for i, m in enumerate(rows)],
+                               {"max_margin_diff": 0.2, "max_abs_logit_diff": 0.5}), methods)
+
+
 def test_summarise_counts_identical_outputs_in_every_round():
     """The headline is a plain count: a prompt counts as identical only if every round of the
     method reproduced plain's first-round tokens; near-ties are a separate diagnostic."""
-    plain = {"tokens": [1, 2, 3, 4], "decode_s": 1.0, "margins": [5.0, 0.1, 5.0, 5.0], "stats": {},
-             "identical_rounds": [True, True]}
-    other_plain = {**plain, "identical_rounds": [True, False]}
-
-    def run(tokens, rounds):
-        return {"tokens": tokens, "decode_s": 0.5, "stats": {"mean_accepted": 2.0}, "identical_rounds": rounds}
-
+    ok = [1, 2, 3, 4]
     rows = [
-        {"plain": plain, "rasd": run([1, 2, 3, 4], [True, True, True]),
-         "plain-cached": run([1, 2, 3, 4], [True, True, True])},
-        {"plain": plain, "rasd": run([1, 9, 3, 4], [False, False, False]),  # diverged at a near-tie
-         "plain-cached": run([1, 2, 3, 4], [True, True, True])},
-        {"plain": other_plain, "rasd": run([1, 2, 3, 4], [True, False, True]),  # one round differed
-         "plain-cached": run([9, 2, 3, 4], [False, False, False])},
+        {"plain": _plain(ok, [True, True]), "rasd": _method(ok, [True, True, True]),
+         "plain-cached": _method(ok, [True, True, True])},
+        {"plain": _plain(ok, [True, True]), "rasd": _method([1, 9, 3, 4], [False, False, False]),  # near-tie
+         "plain-cached": _method(ok, [True, True, True])},
+        {"plain": _plain(ok, [True, False]), "rasd": _method(ok, [True, False, True]),  # one round differed
+         "plain-cached": _method([9, 2, 3, 4], [False, False, False])},
     ]
-    s = summarise({"rows": rows, "noise": {"max_margin_diff": 0.2, "max_abs_logit_diff": 0.5}},
-                  ["plain", "plain-cached", "rasd"])
+    s = _summary(rows, ["plain", "plain-cached", "rasd"])
     assert (s["rasd"]["identical"], s["rasd"]["compared"]) == (1, 3)
     assert s["rasd"]["median_speedup"] == 2.0 and s["rasd"]["diverged_at_near_tie"] == 1
     assert (s["plain"]["identical"], s["plain"]["compared"]) == (2, 3)  # its later rounds
     assert (s["plain-cached"]["identical"], s["plain-cached"]["compared"]) == (2, 3)
-    one_round = summarise({"rows": [{"plain": {**plain, "identical_rounds": []}}],
-                           "noise": {"max_margin_diff": 0.0, "max_abs_logit_diff": 0.0}}, ["plain"])
+    one_round = _summary([{"plain": _plain(ok, [])}], ["plain"])
     assert one_round["plain"]["identical"] is None  # nothing to compare with
 
 
 def test_round_ratios_use_each_rounds_own_token_count():
     """A decoder's state carries over between rounds, so a near-tie can flip and change an answer's
     length in a later round: each round's tokens/s uses that round's count, not the first round's."""
-    plain = {"tokens": [1] * 19, "decode_s": 1.0, "decode_s_rounds": [1.0, 1.0], "n_tokens_rounds": [19, 19],
-             "margins": [5.0] * 19, "stats": {}, "identical_rounds": [True]}
-    rasd = {"tokens": [1] * 11, "decode_s": 0.75, "decode_s_rounds": [0.5, 1.0], "n_tokens_rounds": [11, 19],
-            "stats": {"mean_accepted": 1.0}, "identical_rounds": [False, True]}
-    s = summarise({"rows": [{"plain": plain, "rasd": rasd}], "noise": {"max_margin_diff": 0.0,
-                                                                       "max_abs_logit_diff": 0.0}}, ["plain", "rasd"])
+    plain = _plain([1] * 19, [True], margins=[5.0] * 19)
+    rasd = MethodRuns([Run(decode_s=0.5, tokens=[1] * 11, identical=False),
+                       Run(decode_s=1.0, tokens=[1] * 19, identical=True)])
+    s = _summary([{"plain": plain, "rasd": rasd}], ["plain", "rasd"])
     # round 1: 11 tokens in 0.5 s vs 19 in 1 s; round 2: 19 tokens in the same time as plain
     assert s["rasd"]["median_speedup"] == (22 / 19 + 1.0) / 2
+
+
+def test_peers_count_their_own_tokens_and_llama_bench_is_not_compared():
+    """A C++ peer's tokens/s comes from its own count (``n``, no token ids of ours); every method is
+    also set against each speculative peer of the same round; llama-bench writes no answer to compare."""
+    plain = _plain([1] * 20, [], margins=[5.0] * 20)
+    lookup = MethodRuns([Run(decode_s=0.5, n=20, identical=True, stats={"mean_accepted": 1.5})])
+    bench = MethodRuns([Run(decode_s=0.8, n=20)])
+    rasd = MethodRuns([Run(decode_s=0.4, tokens=[1] * 20, identical=True)])
+    s = _summary([{"plain": plain, "llama-lookup": lookup, "llama-bench": bench, "rasd": rasd}],
+                 ["plain", "rasd", "llama-lookup", "llama-bench"])
+    assert s["llama-lookup"]["median_speedup"] == 2.0 and s["llama-lookup"]["tokens_per_s"] == 40.0
+    assert s["rasd"]["vs_peer"] == {"llama-lookup": 1.25}  # 50 tok/s over 40; llama-bench is no peer to beat
+    assert s["llama-bench"]["identical"] is None and s["llama-bench"]["median_speedup"] == 1.25
+    assert (s["llama-lookup"]["identical"], s["llama-lookup"]["compared"]) == (1, 1)
 
 
 def test_verify_noise_counts_identical_contexts_only():

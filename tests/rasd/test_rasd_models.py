@@ -49,14 +49,14 @@ def _chat_ids(engine, text):
 def _plain(engine, ids, cfg):
     """Plain greedy output, with its top-2 margins and the logits each token was picked from."""
     rec = {"margins": [], "top2": [], "logits": []}
-    rec["tokens"] = run_generation(engine, ids, cfg, MarginRecorder(rec, cfg.max_tokens))["tokens"]
+    rec["tokens"] = run_generation(engine, ids, cfg, MarginRecorder(rec, cfg.max_tokens)).tokens
     return rec
 
 
 def _run_recorded(engine, ids, cfg, dec, rec):
     """The speculative run, and the batched-vs-single noise it showed before any divergence."""
     dec.record_logits = []
-    got = run_generation(engine, ids, cfg, dec)["tokens"]
+    got = run_generation(engine, ids, cfg, dec).tokens
     noise = verify_noise(rec, dec.record_logits, got)["max_abs_logit_diff"]
     dec.record_logits = None
     return got, noise
@@ -115,14 +115,14 @@ def test_a_draft_that_has_not_paid_sits_answers_out_until_its_probe(smollm2_engi
     ids = _chat_ids(engine, PROMPTS[2][0])
     rec = _plain(engine, ids, cfg)
     smollm2_draft.reset()
-    assert run_generation(engine, ids, cfg, dec)["tokens"] == rec["tokens"]
+    assert run_generation(engine, ids, cfg, dec).tokens == rec["tokens"]
     assert dec.stats.draft_idle and dec.stats.draft_steps == 0
     assert smollm2_draft.tokens == []  # the prompt was never read into the draft
     assert arm.skipped >= arm.wait == config.probe_every  # a probe is due
     regenerated = Generation(engine.backend, ids, dec, cfg).run()  # the target's cache holds the prompt
     assert regenerated.stats.reused_prompt_tokens >= len(ids) - 1 and regenerated.tokens == rec["tokens"]
     assert dec.stats.draft_idle and smollm2_draft.tokens == []  # the probe did not make it wait
-    assert run_generation(engine, ids, cfg, dec)["tokens"] == rec["tokens"]
+    assert run_generation(engine, ids, cfg, dec).tokens == rec["tokens"]
     assert not dec.stats.draft_idle and dec.stats.draft_steps >= 1
     assert smollm2_draft.tokens[: len(ids)] == ids
 
@@ -136,7 +136,7 @@ def test_retrieval_learns_from_proposals_it_never_verifies(smollm2_engine):
     cfg = GenerationConfig(max_tokens=40, stop=engine.prompt.stop)
     ids = _chat_ids(engine, PROMPTS[1][0])  # "Repeat this passage exactly"
     rec = _plain(engine, ids, cfg)
-    assert run_generation(engine, ids, cfg, dec)["tokens"] == rec["tokens"]
+    assert run_generation(engine, ids, cfg, dec).tokens == rec["tokens"]
     assert dec.stats.spec_steps == 0 and dec.stats.plain_steps == dec.stats.steps
     cal = dec.calibrator
     long_matches = {k: v for k, v in cal.hits.items() if k[2] >= 5}  # 8+ token matches
