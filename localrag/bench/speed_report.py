@@ -14,7 +14,7 @@ import numpy as np
 
 from localrag.bench.common import fmt, table
 from localrag.bench.speed_peer import is_peer_method
-from localrag.bench.speed_runs import SuiteRuns
+from localrag.bench.speed_runs import MethodRuns, SuiteRuns
 
 
 def first_divergence(a: list[int], b: list[int]) -> int | None:
@@ -59,7 +59,7 @@ def summarise(result: SuiteRuns, methods: list[str]) -> dict:
                 compared += 1
                 same += all(rounds)
             if m == "pld":  # against llama-cpp-python's own plain run of the same round
-                sp.extend(x.ratios_over_llama_plain())
+                sp.extend(x.ratios(MethodRuns([r.llama_plain for r in x.rounds])))
                 continue
             sp.extend(x.ratios(plain))  # one ratio per round, against plain's same round
             st = x.first.stats

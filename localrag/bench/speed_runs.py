@@ -75,11 +75,6 @@ class MethodRuns:
         return [r.tokens_per_s / b.tokens_per_s if b.tokens_per_s else 0.0
                 for r, b in zip(self.rounds, base.rounds, strict=False)]
 
-    def ratios_over_llama_plain(self) -> list[float]:
-        """pld: tokens/s over llama-cpp-python's own plain run of the same round."""
-        return [r.tokens_per_s / r.llama_plain.tokens_per_s if r.llama_plain and r.llama_plain.tokens_per_s else 0.0
-                for r in self.rounds]
-
     def to_json(self) -> dict:
         out = {**self.first.to_json(), "decode_s": self.decode_s,
                "rounds": [{"decode_s": r.decode_s, "n_tokens": r.n_tokens, "identical": r.identical}
