@@ -43,7 +43,8 @@ Per suite it reports:
     costs) and the time split (retrieve / draft / verify / plain steps);
   * the copy bound (``copy_bound``): the most that any drafter copying from the documents, the
     prompt and the answer so far (retrieval, n-gram lookup) could gain on plain's answers at the
-    measured T(k), median over prompts.
+    measured T(k), median over prompts; with a draft model, also the bound of copying plus that
+    draft model guessing every other token at its measured forward (what RASD could reach).
 
 Prompts: the suites of :mod:`localrag.bench.data` (``load_suite``) or a ``--prompts`` JSONL file.
 Files: this one (the command, the methods, the runner, the copy bound), ``speed_report`` (medians,
@@ -85,6 +86,7 @@ from localrag.generation import Decoder, Generation, PlainDecoder, Sampler
 from localrag.models import ModelError, drafts_for
 from localrag.rasd import RasdDecoder, load_draft
 from localrag.rasd.budget import CostModel
+from localrag.rasd.proposers import DRAFT_MAX_K
 
 AUTO = "auto"  # --draft: the registry's draft for --model
 METHODS = ("plain", "plain-cached", "pld", "retrieval", "draft", "rasd", *PEER_METHODS)
@@ -252,9 +254,11 @@ def _encode(engine, p: Prompt, max_new: int) -> tuple[str, list[int], Generation
 def run_suite(
     engine, prompts: list[Prompt], methods: list[str], decoders: dict, pld, extra: dict, max_new: int,
     repeats: int = 1, peers: CppPeers | None = None, cost: CostModel | None = None,
+    draft_s: float | None = None,
 ) -> SuiteRuns:
     """Every method on every prompt, `repeats` rounds interleaved (every round's run is kept).
-    With `cost`, plain's runs also hold the copy bound of its answer."""
+    With `cost`, plain's runs also hold the copy bound of its answer, and with `draft_s` (the
+    draft model's one-token forward, seconds) the bound of copying plus that draft model."""
     rows: list[SpeedRow] = []
     noise = {"max_abs_logit_diff": 0.0, "max_margin_diff": 0.0}
     for i, p in enumerate(prompts):
@@ -296,18 +300,23 @@ def run_suite(
         methods_runs = {m: MethodRuns(rs) for m, rs in runs.items()}
         methods_runs["plain"].margins = rec["margins"]
         if cost is not None:
-            methods_runs["plain"].copy_bound = _copy_bound(engine, p, ids, rec["tokens"], cost)
+            plain_runs = methods_runs["plain"]
+            plain_runs.copy_bound, plain_runs.draft_bound = _copy_bounds(engine, p, ids, rec["tokens"], cost, draft_s)
         rec["logits"] = []  # (max_new, V) floats: free them before the next prompt
         rows.append(SpeedRow(prompt=i, prompt_tokens=len(ids), methods=methods_runs))
     return SuiteRuns(rows, noise)
 
 
 # --- the copy bound ------------------------------------------------------------------
-def _copy_bound(engine, p: Prompt, ids: list[int], tokens: list[int], cost: CostModel) -> float:
+def _copy_bounds(engine, p: Prompt, ids: list[int], tokens: list[int], cost: CostModel,
+                 draft_s: float | None) -> tuple[float, float | None]:
     """What any drafter copying from the prompt's documents, the prompt and the answer could gain
-    on plain's answer at this cost curve (paths up to its largest measured size)."""
+    on plain's answer at this cost curve (paths up to its largest measured size), and with a draft
+    model whose forward takes `draft_s` besides (None without one)."""
     docs = [engine.backend.tokenize(d, add_special=False, parse_special=False) for d in p.docs]
-    return copy_bound([*docs, ids], tokens, cost, max_depth=int(cost.ks[-1]) - 1)
+    sources, depth = [*docs, ids], int(cost.ks[-1]) - 1
+    with_draft = copy_bound(sources, tokens, cost, depth, draft_s) if draft_s is not None else None
+    return copy_bound(sources, tokens, cost, depth), with_draft
 
 
 def copyable(sources: Sequence[Sequence[int]], answer: Sequence[int]) -> list[bool]:
@@ -325,7 +334,7 @@ def copyable(sources: Sequence[Sequence[int]], answer: Sequence[int]) -> list[bo
 
 
 def copy_bound(sources: Sequence[Sequence[int]], answer: Sequence[int], cost: Callable[[int], float],
-               max_depth: int) -> float:
+               max_depth: int, draft_s: float | None = None) -> float:
     """Upper bound on the speedup over plain of any drafter that copies from `sources`; cost(k):
     seconds of one forward over k tokens; paths of at most `max_depth` drafted tokens.
 
@@ -343,7 +352,13 @@ def copy_bound(sources: Sequence[Sequence[int]], answer: Sequence[int], cost: Ca
 
     with token 0 given by the prefill. Plain's time over it, (n - 1) T(1) / best[1], bounds the
     speedup of every such drafter, tree or chain, however well it guesses, at this measured cost
-    curve: a drafter that also runs a draft model is not bounded by it."""
+    curve.
+
+    With `draft_s` (a draft model's one-token forward, seconds), the bound of copying plus that
+    draft model (RASD): a step may also carry tokens that are not copyable, each one drafted,
+    which costs at least one draft forward (a chain's next token needs the forward over the one
+    before), so r tokens of which u are not copyable cost T(r + 1) + u * draft_s. The draft is
+    taken to guess every such token, and its prompt prefill is left out: an upper bound still."""
     n = len(answer)
     if n <= 1:
         return 1.0
@@ -351,10 +366,11 @@ def copy_bound(sources: Sequence[Sequence[int]], answer: Sequence[int], cost: Ca
     best = [0.0] * (n + 1)
     for i in range(n - 1, 0, -1):
         least = cost(1) + best[i + 1]
-        r = 0
-        while r < max_depth and i + r < n and ok[i + r]:
+        r, drafted = 0, 0.0  # tokens i..i+r-1 in this step, and what drafting their uncopyable ones costs
+        while r < max_depth and i + r < n and (ok[i + r] or draft_s is not None):
+            drafted += 0.0 if ok[i + r] else draft_s
             r += 1
-            least = min(least, cost(r + 1) + best[min(i + r + 1, n)])
+            least = min(least, cost(r + 1) + drafted + best[min(i + r + 1, n)])
         best[i] = least
     return (n - 1) * cost(1) / best[1]
 
@@ -388,6 +404,8 @@ def cmd_speed(args) -> int:
     config = RasdConfig(**{k: v for k, v in knobs.items() if v is not None})
     max_k = min(config.max_nodes, engine.backend.max_leaves) + 1
     cost = CostModel.load_or_measure(engine.backend, max_k, refresh=args.recalibrate)
+    # the draft's one-token forward, for the bound of copying plus drafting (cached beside T(k))
+    draft_s = CostModel.load_or_measure(draft, DRAFT_MAX_K)(1) if draft is not None else None
     decoders: dict[str, RasdDecoder] = {}
     if "retrieval" in methods:
         decoders["retrieval"] = RasdDecoder(engine.backend, config, None, cost=cost)
@@ -406,7 +424,7 @@ def cmd_speed(args) -> int:
     for suite in suites:
         prompts = load_prompts_file(suite, args.n) if args.prompts else load_suite(suite, args.n)
         result = run_suite(engine, prompts, methods, decoders, pld, extra, args.max_new_tokens, args.repeats, peers,
-                           cost)
+                           cost, draft_s)
         report["suites"][suite] = {"summary": summarise(result, methods), "rows": [r.to_json() for r in result.rows]}
     return output(report, args.json, print_report)
 

@@ -31,7 +31,7 @@ def summarise(result: SuiteRuns, methods: list[str]) -> dict:
     out: dict = {"noise_bound": result.noise}
     peers = [m for m in methods if is_peer_method(m) and m != "llama-bench"]
     for m in methods:
-        sp, tps, acc, orc, est, look, sp_hf, copy = [], [], [], [], [], [], [], []
+        sp, tps, acc, orc, est, look, sp_hf, copy, drafted = [], [], [], [], [], [], [], [], []
         vs: dict[str, list[float]] = {p: [] for p in peers if p != m}
         same = compared = ties = 0
         hw = dhw = None
@@ -51,6 +51,8 @@ def summarise(result: SuiteRuns, methods: list[str]) -> dict:
                 sp.append(1.0), acc.append(1.0)
                 if x.copy_bound is not None:
                     copy.append(x.copy_bound)
+                if x.draft_bound is not None:
+                    drafted.append(x.draft_bound)
                 if rounds:  # a later round to compare with
                     compared += 1
                     same += all(rounds)
@@ -106,6 +108,8 @@ def summarise(result: SuiteRuns, methods: list[str]) -> dict:
             "time_split_s": split if orc else None,
             # plain only: the most any drafter copying text could gain here (speed.copy_bound), median
             "copy_bound_median": statistics.median(copy) if copy else None,
+            # plain only: the same with a draft model guessing every uncopyable token besides, median
+            "draft_bound_median": statistics.median(drafted) if drafted else None,
         }
     return out
 
@@ -158,5 +162,8 @@ def print_report(report: dict) -> None:
         if s.get("plain", {}).get("copy_bound_median") is not None:
             print(f"  copy bound: any drafter copying from the documents, prompt or answer: at most "
                   f"{s['plain']['copy_bound_median']:.2f}x plain here (median over prompts, at this T(k))")
+        if s.get("plain", {}).get("draft_bound_median") is not None:
+            print(f"  with the draft model guessing every other token at its measured forward: at most "
+                  f"{s['plain']['draft_bound_median']:.2f}x plain")
         if "llama-bench" in s:
             print(f"  plain C++ (llama-bench) over plain Python: {s['llama-bench']['median_speedup']:.2f}x")

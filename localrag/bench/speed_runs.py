@@ -54,6 +54,7 @@ class MethodRuns:
     rounds: list[Run]
     margins: list[float] = field(default_factory=list)  # plain: top-2 margin at every token
     copy_bound: float | None = None  # plain: the most a copying drafter could gain on its answer
+    draft_bound: float | None = None  # plain: the same for copying plus a draft model (speed.copy_bound)
 
     @property
     def first(self) -> Run:
@@ -81,6 +82,8 @@ class MethodRuns:
                           for r in self.rounds]}
         if self.copy_bound is not None:
             out["copy_bound"] = self.copy_bound
+        if self.draft_bound is not None:
+            out["draft_bound"] = self.draft_bound
         return out
 
 

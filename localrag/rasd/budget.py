@@ -2,9 +2,9 @@
 
 ``Budget`` owns the measured cost curve (``CostModel``), the acceptance calibrator (``Calibrator``,
 with its match-class trust), the probe schedule (``Backoff``) and the draft bandit. The loop asks
-it three things each step (is a probe due, could a retrieval tree pay, which nodes to verify) and
-tells it one (what the step did: ``observe``). The maths is in ``cost.py`` and ``phases.py``;
-the design in docs/design.md ("The cost model and the budget").
+it two things each step (is a probe due, which nodes to verify) and tells it one (what the step
+did: ``observe``). The maths is in ``cost.py`` and ``phases.py``; the design in docs/design.md
+("The cost model and the budget").
 
     budget = Budget(config, CostModel.load_or_measure(target, 65), Calibrator(), max_nodes=64)
     plan = budget.plan(proposal, force=budget.probe_due(), depth=12)
@@ -16,7 +16,6 @@ from dataclasses import replace
 
 from localrag.config import RasdConfig
 from localrag.rasd.cost import (
-    MATCH_CLASS_START,
     TREE_PROBE_CAP,
     Backoff,
     Calibrator,
@@ -26,7 +25,7 @@ from localrag.rasd.cost import (
     plan,
 )
 from localrag.rasd.phases import Plan, Proposal, Step, choose, estimate, keys_for
-from localrag.rasd.tree import RETRIEVAL, TokenTree
+from localrag.rasd.tree import TokenTree
 
 # the primitives, importable from here as before
 __all__ = ["Backoff", "Budget", "Calibrator", "CostModel", "DraftBandit", "match_class", "plan"]
@@ -51,7 +50,6 @@ class Budget:
         # across answers like the calibrator, so one unlucky step at the start of an answer cannot
         # switch off a draft that earlier answers showed pays
         self.draft_arm = DraftBandit(1.0 / cost(1), config.probe_every)
-        self._pays: tuple = (None, [])  # may_pay's cache: (stamp, pays per match-length class)
         # proposals plain steps did not verify, to learn from later: (tree, bucket keys, index of the
         # answer token its depth-1 nodes predict)
         self._unverified: list[tuple[TokenTree, list[tuple], int]] = []
@@ -77,31 +75,6 @@ class Budget:
 
     def draft_probe_due(self) -> bool:
         return self.draft_arm.probe_due()
-
-    def may_pay(self, match_len: int, steps: int) -> bool:
-        """Could any retrieval tree for a match this long beat plain? (skip building it if not).
-
-        Upper bound: a chain whose node d has the best calibrated acceptance of any bucket of its
-        match class (a match of match_len + d - 1 tokens, see ``phases.keys_for``).
-        Cached per match-length class until the calibrator learns 64 more trials or 32 steps pass
-        (the cost curve drifts slowly), so a run of plain steps costs a lookup only every
-        ``loop.SHADOW_EVERY`` steps (to learn from, ``learn_unverified``)."""
-        if not self.config.use_budget:
-            return True
-        cal = self.calibrator
-        stamp = (cal.n_updates // 64, cal.n_gains, steps // 32)
-        if self._pays[0] != stamp:
-            best = [max(cal.p(cal.key(f"r{RETRIEVAL}", c, length)) for c in cal.MIDS) for length in MATCH_CLASS_START]
-            need, pays = self.config.min_gain / cal.realism_of("r"), []
-            for length in MATCH_CLASS_START:  # one per match class, at its shortest length
-                chain, a = [], 1.0
-                for d in range(1, self.config.max_depth + 1):  # node d continues a (length + d - 1) match
-                    a *= best[match_class(length + d - 1)]
-                    chain.append(a)
-                pays.append(plan(chain, self.cost, 0.0, need)[0] > 0)
-            self._pays = (stamp, pays)
-        pays = self._pays[1]
-        return pays[match_class(match_len)] if match_len else any(pays[1:])
 
     def plan(self, prop: Proposal, force: bool, depth: int) -> Plan:
         """Calibration keys, the nodes to verify and the expected gain.

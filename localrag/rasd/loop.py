@@ -46,11 +46,6 @@ from localrag.results import RasdStats
 
 __all__ = ["CopiedToken", "RasdDecoder", "unmeasured"]
 
-# While no retrieval tree could pay (``Budget.may_pay``), every this many steps the lookup runs
-# anyway, unverified, so the calibrator keeps learning from what the model then writes
-# (``Budget.learn_unverified``)
-SHADOW_EVERY = 4
-
 
 def _max_nodes(target: Backend, config: RasdConfig) -> int:
     return max(1, min(config.max_nodes, target.max_leaves, target.n_batch - 1))
@@ -96,7 +91,7 @@ class RasdDecoder(Decoder):
         self.draft = DraftProposer(draft, config, cost, calibrator) if draft is not None else None
         self.budget = Budget(config, cost, calibrator, self.max_nodes)
         self.datastore = Datastore(target.n_vocab, config.max_match, config.min_match)
-        self.retrieval = RetrievalProposer(self.datastore, config, lambda n: self.budget.may_pay(n, self.stats.steps))
+        self.retrieval = RetrievalProposer(self.datastore, config)
         self.graft = GraftProposer(self.datastore, config)
         self.set_documents(documents)
         self.stats = RasdStats()
@@ -166,7 +161,7 @@ class RasdDecoder(Decoder):
             while True:
                 t_start = time.perf_counter()
                 force = self.budget.probe_due()  # a probe: verify even if the estimates say no
-                prop, plan_ = self._propose(backend.tokens + [tok], tok, force)
+                prop, plan_ = self._propose(backend.tokens + [tok], tok)
                 plan_ = plan_ or self.budget.plan(prop, force, self._depth())
                 if plan_.keep:  # verify: ONE target forward over the chosen nodes, root first
                     vt = prop.tree.select(plan_.keep)
@@ -195,15 +190,14 @@ class RasdDecoder(Decoder):
             self._finish_stats()
 
     # --- propose: ask the proposers --------------------------------------------------
-    def _propose(self, ctx: list[int], root: int, force: bool) -> tuple[Proposal, Plan | None]:
+    def _propose(self, ctx: list[int], root: int) -> tuple[Proposal, Plan | None]:
         """The candidate tree below `root`: the datastore's lookup, then retrieval alone or the
         draft tree fused with it (and continuations grafted below a draft chain). Returns it with
         its plan when one was already made (retrieval alone beat the draft), else None."""
         t0 = time.perf_counter()
         st, depth = self.stats, self._depth()
         use_draft = self._draft_on and self.budget.use_draft()
-        shadow = self.config.use_budget and st.steps % SHADOW_EVERY == 0
-        found = self.retrieval.lookup(ctx, root, depth, use_draft or force or shadow)
+        found = self.retrieval.lookup(ctx, root, depth)
         probe = use_draft and self.budget.draft_probe_due()
         alone = self._retrieval_alone(ctx, found) if use_draft and not probe else None
         dt = time.perf_counter() - t0

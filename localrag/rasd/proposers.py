@@ -7,7 +7,7 @@ tree below the root: ``RetrievalProposer`` (the datastore's continuations alone)
 ``GraftProposer`` extends it (the datastore's continuations below the chain's end). After the
 target verified a tree, ``observe`` tells every proposer which of its nodes were accepted.
 
-    lookup = retrieval.lookup(ctx, root, depth, always=True)
+    lookup = retrieval.lookup(ctx, root, depth)
     proposal = retrieval.propose(ctx, lookup, depth)
     ...verify...
     retrieval.observe(tree, path, first)
@@ -16,7 +16,6 @@ target verified a tree, ``observe`` tells every proposer which of its nodes were
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -60,23 +59,22 @@ class RetrievalProposer:
     """The token datastore's continuations of the context's longest matching suffix (REST-style),
     scored by frequency; records which accepted tokens were copied from which document."""
 
-    def __init__(self, datastore: Datastore, config: RasdConfig, worth: Callable[[int], bool]):
-        """worth(match_len): could a tree for a match this long pay (the budget's bound)?"""
+    def __init__(self, datastore: Datastore, config: RasdConfig):
         self.datastore = datastore
         self.config = config
-        self.worth = worth
         self.copies: list[CopiedToken] = []  # this answer's accepted tokens copied from the documents
 
-    def lookup(self, ctx: list[int], root: int, depth: int, always: bool) -> Proposal:
+    def lookup(self, ctx: list[int], root: int, depth: int) -> Proposal:
         """The retrieval trie (unpruned) of the context's longest matching suffix, in ``trie``,
-        with the match length. Skipped (an empty trie) when no tree for such a match could pay,
-        unless `always`."""
+        with the match length (an empty trie where nothing matches). Run every step: a lookup
+        costs about 0.15 ms (docs/design.md), and the match length it finds is what tells the
+        budget whether the model is copying right now."""
         empty = Proposal(TokenTree(root), [1.0], draft_scored=False, trie=TokenTree(root))
-        if not self.config.use_retrieval or not (always or self.worth(0)):
+        if not self.config.use_retrieval:
             return empty
         self.datastore.set_context(ctx)
         match = self.datastore.longest_match(ctx)
-        if match is None or not (always or self.worth(match.length)):
+        if match is None:
             return empty
         trie, mlen = self.datastore.trie(match, root, depth, self.config.max_occurrences)
         return Proposal(TokenTree(root), [1.0], draft_scored=False, match_len=mlen, trie=trie)

@@ -38,13 +38,16 @@ def test_calibrator_learns():
     assert cal.mean(cal.key("r2", 0.95, 1)) < 0.3 < 0.85 < cal.mean(cal.key("r2", 0.95, 16))
 
 
-def test_calibrator_new_bucket_starts_from_its_source():
-    """A model that never accepts retrieved text: an unseen retrieval bucket starts low, a draft one does not."""
+def test_calibrator_new_bucket_starts_from_its_source_in_its_match_class():
+    """A model that never accepts retrieved text after 3-token matches: an unseen retrieval bucket
+    of that match class starts low; one after an 8-token match starts from its class's trust (the
+    many short matches of a chat must not drag the next long copy down), and a draft one as it is."""
     cal = Calibrator()
     for _ in range(30):
         cal.update(cal.key("r2", 0.6, 3), False)
-    fresh = cal.key("r2", 0.95, 2)
+    fresh = cal.key("r2", 0.95, 3)
     assert cal.mean(fresh) < 0.15
+    assert cal.mean(cal.key("r2", 0.95, 9)) == pytest.approx(0.95 * 0.85)  # MIDS[6] x MATCH_CLASS_TRUST[5]
     assert cal.mean(cal.key("d1", 0.95, 0)) == 0.95
     for _ in range(20):  # the bucket's own data still decides
         cal.update(fresh, True)

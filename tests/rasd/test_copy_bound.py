@@ -31,3 +31,21 @@ def test_bound_follows_the_cost_curve():
     # T(k) = 1 + (k - 1) / 2: a step of r drafted tokens emits r + 1 tokens in 1 + r / 2; best is the
     # longest path: 20 tokens in one step, 1 + 19 / 2 = 10.5
     assert copy_bound([doc, [99]], out, lambda k: 1 + (k - 1) / 2, max_depth=40) == pytest.approx(20 / 10.5)
+
+
+def test_a_draft_model_adds_its_forward_per_uncopyable_token():
+    # nothing to copy: a flat curve (T(k) = 1) and a free draft make every answer one step
+    assert copy_bound([[1, 2, 3]], [7, 8, 9, 10, 11], lambda k: 1.0, max_depth=12, draft_s=0.0) == pytest.approx(4.0)
+    # the draft's forward costs what a target token does on a flat curve: r drafted tokens and the
+    # bonus cost 1 + r, exactly the r + 1 plain steps they replace
+    assert copy_bound([[1, 2, 3]], [7, 8, 9, 10, 11], lambda k: 1.0, max_depth=12, draft_s=1.0) == pytest.approx(1.0)
+    # a copy with one uncopyable token in the middle: 20 tokens after the first, token 10 new
+    # (the pair (7, 110) is in a second source, so the copy goes on after it)
+    doc = list(range(100, 140))
+    out = list(range(100, 110)) + [7] + list(range(110, 120))
+    copying = copy_bound([doc, [7, 110], [99]], out, lambda k: 1.0, max_depth=40)
+    assert copying == pytest.approx(20 / 2)  # copy 9 + bonus (the new token), then a copy of 9 + bonus
+    # drafting the new token at 0.5 of a forward: one step of 19 drafted + bonus, 1.5 in all
+    assert copy_bound([doc, [7, 110], [99]], out, lambda k: 1.0, max_depth=40, draft_s=0.5) == pytest.approx(20 / 1.5)
+    # never below what copying alone gives: drafting is a choice, not a must
+    assert copy_bound([doc, [7, 110], [99]], out, lambda k: 1.0, max_depth=40, draft_s=5.0) == pytest.approx(copying)
