@@ -40,6 +40,15 @@ class Sampler:
     def __init__(self, config: GenerationConfig):
         self.config = config
         self.rng = np.random.default_rng(config.seed)
+        # log p(token) under the model's own distribution (before temperature, top-k, top-p) of
+        # every token chosen, in order: the answer's confidence (``GenerationStats.mean_logprob``)
+        self.logprobs: list[float] = []
+
+    def note(self, logits: np.ndarray, token: int) -> None:
+        """Record that ``token`` was chosen from ``logits``: log softmax(logits)[token]. Every
+        decoder notes each token it emits (``pick`` does it for the tokens it picks)."""
+        top = float(logits.max())  # (float32 exponentials, summed in float64: ~0.2 ms for 152k logits)
+        self.logprobs.append(float(logits[token]) - top - float(np.log(np.exp(logits - top).sum(dtype=np.float64))))
 
     @property
     def greedy(self) -> bool:
@@ -67,10 +76,14 @@ class Sampler:
         return ids, probs
 
     def pick(self, logits: np.ndarray) -> int:
+        """The next token (noted, see ``note``)."""
         if self.config.greedy:
-            return int(np.argmax(logits))
-        ids, probs = self.distribution(logits)
-        return int(ids[self.rng.choice(len(ids), p=probs)])
+            token = int(np.argmax(logits))
+        else:
+            ids, probs = self.distribution(logits)
+            token = int(ids[self.rng.choice(len(ids), p=probs)])
+        self.note(logits, token)
+        return token
 
 
 class Decoder(Protocol):
@@ -92,7 +105,9 @@ class Decoder(Protocol):
 
     def steps(self, backend: Backend, context: list[int], logits: np.ndarray,
               sampler: Sampler) -> Iterator[list[int]]:
-        """Accepted token lists, one per target forward; ``logits`` are the target's after ``context``."""
+        """Accepted token lists, one per target forward; ``logits`` are the target's after ``context``.
+        Every token yielded is noted on the sampler with the logits it was chosen from (``Sampler.note``;
+        ``Sampler.pick`` does it)."""
         ...
 
 
@@ -220,7 +235,8 @@ class Generation:
         t1 = time.perf_counter()
         stats.prefill_seconds += t1 - t0
         self.decoder.set_limit(cfg.max_tokens)
-        steps = self.decoder.steps(be, self.prompt_tokens, logits, Sampler(cfg))
+        sampler = Sampler(cfg)
+        steps = self.decoder.steps(be, self.prompt_tokens, logits, sampler)
         stats.stop_reason = "length"
         try:
             for accepted in steps:
@@ -256,6 +272,9 @@ class Generation:
             steps.close()
             stats.decode_seconds = time.perf_counter() - t1
             stats.decoder = self.decoder.stats
+            # the tokens kept, and the end-of-generation token where the model chose to stop
+            chosen = sampler.logprobs[:len(self.tokens) + (stats.stop_reason == "eog")]
+            stats.mean_logprob = float(np.mean(chosen)) if chosen else None
         if stats.stop_reason != "repetition":
             self._written += self._assembler.finish()
             if self._guard is not None:  # the end ends the last sentence: it may repeat an earlier one

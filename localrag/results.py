@@ -235,6 +235,9 @@ class GenerationStats:
     decode_seconds: float = 0.0
     stop_reason: str = ""  # eog | stop | length | repetition | cancelled (the asker stopped it)
     decoder: DecoderStats | None = None  # the decoding strategy's own stats (None: plain decoding)
+    # the mean log-probability the model gave the tokens it wrote (and its end-of-text): how sure it
+    # was of its answer; None where the engine reports none (a serving engine)
+    mean_logprob: float | None = None
 
     @property
     def prefill_tps(self) -> float:
@@ -424,6 +427,7 @@ class AnswerEvidence:
     novel: float = 0.0  # share of the answer's new content words (not in the question) found in its evidence
     unmatched: tuple[str, ...] = ()  # numbers and names of the question the evidence does not contain
     relevance: float | None = None  # highest cosine of the question to an evidence window (with an embedder)
+    confidence: float | None = None  # the answer model's mean log-probability of its own tokens, where known
     threshold: float = 0.0  # the refusal threshold ``supported`` was decided by
     stats: AlignmentStats = field(compare=False, default=AlignmentStats(0.0))
     copied: tuple[CopiedSpan, ...] = field(compare=False, default=())  # the decoder's copy provenance
@@ -436,7 +440,8 @@ class AnswerEvidence:
         return {"sentences": [s.to_dict() for s in self.sentences], "score": self.score,
                 "supported": self.supported, "cited": list(self.cited), "also_searched": list(self.also_searched),
                 "support": self.support, "context": self.context, "novel": self.novel,
-                "unmatched": list(self.unmatched), "relevance": self.relevance, "threshold": self.threshold,
+                "unmatched": list(self.unmatched), "relevance": self.relevance, "confidence": self.confidence,
+                "threshold": self.threshold,
                 "stats": self.stats.to_dict(), "copied": [c.to_dict() for c in self.copied]}
 
     @classmethod

@@ -52,8 +52,9 @@ def test_plain_repeated_cached_and_speedup_give_identical_tokens(smollm2_engine,
     chunks = selected(sources, 0)
     ids = rag_prompt(engine, QUESTIONS[0], chunks)
     assert 900 <= len(ids) <= 2000  # five chunks of ~200 tokens, the template and the question
-    plain = answer(engine, ids, PlainDecoder()).tokens
-    assert len(plain) >= 8
+    first = answer(engine, ids, PlainDecoder())
+    plain, confidence = first.tokens, first.stats.mean_logprob
+    assert len(plain) >= 8 and confidence < 0.0
     assert answer(engine, ids, PlainDecoder()).tokens == plain
     assert answer(second_smollm2, ids, PlainDecoder()).tokens == plain  # another context
     assert through_prompt_cache(engine, ids).tokens == plain
@@ -65,6 +66,8 @@ def test_plain_repeated_cached_and_speedup_give_identical_tokens(smollm2_engine,
     ):
         gen = answer(engine, ids, decoder)
         assert gen.tokens == plain
+        # the same bits behind every token: the answer's confidence (its evidence's input) is the same
+        assert gen.stats.mean_logprob == confidence
     assert gen.stats.decoder.spec_steps > 0
 
 

@@ -265,15 +265,29 @@ def test_the_judge_is_timed_and_skipped_past_its_budget():
     assert ev.sentences[0].signals.judge == 0.9 and ev.sentences[1].signals.judge is None
 
 
+def test_the_models_confidence_moves_the_score_and_none_stands_at_the_default():
+    """The answer model's mean log-probability of its words: a sure answer scores higher than the
+    same words guessed; an unknown confidence (a serving engine's) counts as the fitted default."""
+    aligner = EvidenceAligner(config=EvidenceConfig(weight_confidence=2.0, confidence_default=-0.3))
+    sure, guessed, unknown, default = (aligner.align("Marta Ilves", CHUNKS, question=QUESTION, confidence=c)
+                                       for c in (-0.05, -1.5, None, -0.3))
+    assert sure.score > unknown.score == default.score > guessed.score
+    assert sure.support == guessed.support  # the sentences' own evidence is the same
+    assert sure.confidence == -0.05 and unknown.confidence is None
+    unweighted = EvidenceAligner(config=EvidenceConfig(weight_confidence=0.0))  # without the signal: no change
+    assert unweighted.align("Marta Ilves", CHUNKS, question=QUESTION, confidence=-1.5).score == \
+        unweighted.align("Marta Ilves", CHUNKS, question=QUESTION).score
+
+
 def test_evidence_and_the_answer_result_holding_it_survive_json(aligner):
     """The chat history stores results as JSON: what is read back equals what was written, the
     copy provenance and the alignment stats included."""
     answer = "The mirror was polished by Marta Ilves in 1998. It is 4.5 metres wide."
     copied = [CopiedSpan(4, 26, "zephyr", ZEPHYR.text.index("mirror was"), ZEPHYR.text.index("mirror was") + 22)]
-    ev = aligner.align(answer, CHUNKS, question=QUESTION, copied=copied)
+    ev = aligner.align(answer, CHUNKS, question=QUESTION, copied=copied, confidence=-0.25)
     assert ev.copied == tuple(copied) and ev.stats.copied_given == 1
     back = AnswerEvidence.from_dict(json.loads(json.dumps(ev.to_dict())))
-    assert back == ev and back.copied == ev.copied and back.stats == ev.stats
+    assert back == ev and back.copied == ev.copied and back.stats == ev.stats and back.confidence == -0.25
     assert [s.supported for s in back.sentences] == [True, False] and back.sentences[1].signals.missing == ("4.5",)
     result = AnswerResult(text=answer, mode="rasd", citations=[], supported=ev.supported, stats=AnswerStats(mode="rasd"),
                           searched="searched", evidence=ev, refusal="Your documents do not support an answer.")

@@ -43,6 +43,17 @@ def test_greedy_sampler_is_argmax():
     assert Sampler(GenerationConfig(temperature=0.0)).pick(logits) == 1
 
 
+def test_sampler_notes_the_log_probability_of_each_chosen_token():
+    logits = np.log(np.array([0.5, 0.3, 0.2]))
+    s = Sampler(GenerationConfig(temperature=0.0))
+    assert s.pick(logits + 4.0) == 0  # log softmax: a constant shift changes nothing
+    s.note(logits, 2)  # a token another step chose (a verified tree's)
+    assert s.logprobs == pytest.approx([np.log(0.5), np.log(0.2)])
+    hot = Sampler(GenerationConfig(temperature=5.0, top_k=1, seed=3))
+    hot.pick(logits)  # the model's own distribution, before temperature and top-k
+    assert hot.logprobs == pytest.approx([np.log(0.5)])
+
+
 def test_top_k_and_top_p_restrict_support():
     logits = np.log(np.array([0.5, 0.3, 0.15, 0.05]))
     ids, probs = Sampler(GenerationConfig(temperature=1.0, top_k=3)).distribution(logits)

@@ -196,8 +196,8 @@ def summarize(rows: list[GroundingRow]) -> dict:
 
 
 # ------------------------------------------------------------------ calibration
-FEATURES = ("exact", "overlap", "embedding", "missing", "context", "unmatched", "novel", "relevance")
-SIGNS = (1, 1, 1, -1, 1, -1, 1, 1)  # the direction each signal may move the support: fitted weights keep it
+FEATURES = ("exact", "overlap", "embedding", "missing", "context", "unmatched", "novel", "relevance", "confidence")
+SIGNS = (1, 1, 1, -1, 1, -1, 1, 1, 1)  # the direction each signal may move the support: fitted weights keep it
 
 
 def features_of(evidence: AnswerEvidence) -> dict:
@@ -215,22 +215,28 @@ def features_of(evidence: AnswerEvidence) -> dict:
             "missing": mean([bool(x.signals.missing) for x in s]), "context": evidence.context,
             "unmatched": float(bool(evidence.unmatched)), "novel": evidence.novel,
             "relevance": evidence.relevance if evidence.relevance is not None else 0.0,
-            "found": mean([bool(x.spans) for x in s])}
+            "confidence": evidence.confidence, "found": mean([bool(x.spans) for x in s])}
 
 
 def fit_weights(rows: list[GroundingRow], base: EvidenceConfig, label: str = "contained") -> EvidenceConfig:
     """Logistic regression of the label on the answer-level signals of answered questions
     (unanswerable ones count as wrong)."""
     fit = [r for r in rows if not r.model_refused and r.score > 0]  # a score of 0 is the rule: nothing found
-    x = np.array([[r.features[f] for f in FEATURES] for r in fit])
+    # an answer without a confidence (a serving engine's) gets the median of those with one, which
+    # is also what stands in for it when the fitted constants meet such an answer
+    known = [r.features["confidence"] for r in fit if r.features["confidence"] is not None]
+    default = float(np.median(known)) if known else base.confidence_default
+    x = np.array([[default if r.features[f] is None else r.features[f] for f in FEATURES] for r in fit])
     y = np.array([(r.contained if label == "contained" else r.correct) and r.answerable for r in fit], dtype=float)
     coef, intercept = signed_logistic(x, y, SIGNS)
     w = dict(zip(FEATURES, coef.tolist(), strict=True))
-    # The sentence logit holds everything but the answer-level terms, which enter as (x - 1):
-    bias = intercept + w["context"] + w["novel"] + w["relevance"]
+    # The sentence logit holds everything but the answer-level terms, which enter as (x - 1), and the
+    # confidence, which enters as (x - default):
+    bias = intercept + w["context"] + w["novel"] + w["relevance"] + w["confidence"] * default
     return replace(base, weight_exact=w["exact"], weight_overlap=w["overlap"], weight_embedding=w["embedding"],
                    weight_missing=w["missing"], weight_context=w["context"], weight_unmatched=w["unmatched"],
-                   weight_novel=w["novel"], weight_relevance=w["relevance"], bias=bias)
+                   weight_novel=w["novel"], weight_relevance=w["relevance"], weight_confidence=w["confidence"],
+                   confidence_default=default, bias=bias)
 
 
 def signed_logistic(x: np.ndarray, y: np.ndarray, signs: tuple[int, ...], l2: float = 1.0) -> tuple[np.ndarray, float]:
@@ -313,12 +319,14 @@ def answer_question(answerer: Answerer, question: str, mode: str, gen: Generatio
     hits = tuple(h for h in answerer.search(question, result.stats.search.k).hits if h.chunk_id in checked)
     # a mode that refuses what the documents do not support (Grounded) refused every unsupported answer
     refused = is_refusal(short_answer(result.text)) or (answering.policy(request) == "refuse" and not result.supported)
-    stop_reason = result.stats.generation.stop_reason if result.stats.generation is not None else ""
-    return AnsweredQuestion(result.text.strip(), hits, refused, seconds, stop_reason, check_s)
+    generation = result.stats.generation
+    stop_reason = generation.stop_reason if generation is not None else ""
+    confidence = generation.mean_logprob if generation is not None else None
+    return AnsweredQuestion(result.text.strip(), hits, refused, seconds, stop_reason, check_s, confidence)
 
 
 def score_row(s: Setup, rec: GroundingRecord, answered: AnsweredQuestion, cached: bool) -> GroundingRow:
-    evidence = s.aligner.align(answered.text, answered.hits, question=rec.qa.question)
+    evidence = s.aligner.align(answered.text, answered.hits, question=rec.qa.question, confidence=answered.confidence)
     prediction = short_answer(answered.text)
     answers = rec.qa.answers
     f1 = score_answer(prediction, answers)["f1"] if answers else 0.0

@@ -68,7 +68,7 @@ from llama_cpp import Llama
 from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
 from localrag.backends.base import Backend
-from localrag.bench.common import output
+from localrag.bench.common import output, write_json
 from localrag.bench.data import SUITES, Prompt, load_prompts_file, load_suite
 from localrag.bench.speed_peer import (
     PEER_METHODS,
@@ -117,6 +117,9 @@ def add_bench_cli(sub) -> None:
     p.add_argument("--recalibrate", action="store_true", help="measure the verify-cost curve T(k) again")
     p.add_argument("--max-depth", type=int, default=None, help="longest drafted path (RasdConfig.max_depth)")
     p.add_argument("--draft-nodes", type=int, default=None, help="draft tree/chain size (RasdConfig.draft_nodes)")
+    p.add_argument("--out", default=None,
+                   help="also write the report to this JSON file, rewritten after every suite (a long run shows "
+                        "its finished suites as it goes)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_speed)
 
@@ -426,6 +429,8 @@ def cmd_speed(args) -> int:
         result = run_suite(engine, prompts, methods, decoders, pld, extra, args.max_new_tokens, args.repeats, peers,
                            cost, draft_s)
         report["suites"][suite] = {"summary": summarise(result, methods), "rows": [r.to_json() for r in result.rows]}
+        if args.out:
+            write_json(args.out, report)
     return output(report, args.json, print_report)
 
 

@@ -27,6 +27,13 @@ not cover it all: an answer that joins two passages):
     judge     optional: the judge's P(yes) that the window supports the claim, while its time
               stays within the budget
 
+and per answer, given by the caller where known:
+
+    confidence the answer model's mean log-probability of the tokens it wrote
+              (``GenerationStats.mean_logprob``): a model that reads its answer in the sources
+              writes it surely; one that guesses, or answers a question the sources only
+              resemble, spreads its probability
+
 The score is a logistic combination of the signals whose weights, and the thresholds, are fitted
 on a calibration split kept apart from the reported one (:class:`EvidenceConfig`).
 

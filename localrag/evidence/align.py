@@ -142,8 +142,9 @@ class EvidenceAligner:
 
     # ---------------------------------------------------------------- aligning
     def align(self, answer: str, chunks: Sequence[EvidenceChunk], question: str = "",
-              copied: Sequence[CopiedSpan] = ()) -> AnswerEvidence:
-        """The evidence of every sentence of ``answer`` in ``chunks`` (see the module docstring)."""
+              copied: Sequence[CopiedSpan] = (), confidence: float | None = None) -> AnswerEvidence:
+        """The evidence of every sentence of ``answer`` in ``chunks`` (see the module docstring).
+        ``confidence``: the mean log-probability the answer model gave its own tokens, where known."""
         t0 = time.perf_counter()
         prepared = [self._prepare(c.text) for c in chunks]
         question_tokens = self.tokenize(question)
@@ -159,7 +160,7 @@ class EvidenceAligner:
         context, unmatched = _question_match(question_tokens, question_stems, found, prepared)
         n_novel = sum(f.n_novel for f in found)
         novel = sum(f.n_novel_supported for f in found) / n_novel if n_novel else 0.0
-        score, support = self._answer_score(found, sentences, context, unmatched, novel, relevance)
+        score, support = self._answer_score(found, sentences, context, unmatched, novel, relevance, confidence)
         confirmed = sum(self._confirms(cp, answer, found, chunks) for cp in copied)
         stats = AlignmentStats(time.perf_counter() - t0, sum(j is not None for j in judged), judge_seconds,
                                len(copied), confirmed)
@@ -168,8 +169,8 @@ class EvidenceAligner:
         supported = score >= self.config.refusal_threshold and bool(cited)
         return AnswerEvidence(sentences, score, supported, cited, also,
                               support=support, context=context, novel=novel, unmatched=unmatched,
-                              relevance=relevance, threshold=self.config.refusal_threshold, stats=stats,
-                              copied=tuple(copied))
+                              relevance=relevance, confidence=confidence, threshold=self.config.refusal_threshold,
+                              stats=stats, copied=tuple(copied))
 
     def _sentence(self, answer: str, a: int, b: int, chunks: Sequence[EvidenceChunk],
                   prepared: list[_PreparedChunk], question_stems: set[str]) -> _Found:
@@ -256,10 +257,13 @@ class EvidenceAligner:
                                 Signals(f.exact, f.overlap, embedding, f.missing, judge))
 
     def _answer_score(self, found: list[_Found], sentences: Sequence[SentenceEvidence], context: float,
-                      unmatched: tuple[str, ...], novel: float, relevance: float | None) -> tuple[float, float]:
+                      unmatched: tuple[str, ...], novel: float, relevance: float | None,
+                      confidence: float | None) -> tuple[float, float]:
         """(score, support): support is the content-weighted mean sentence score; the score moves
         it, on the logit scale, by how well the evidence meets the question (its words, its numbers
-        and names) and holds what the answer adds to it."""
+        and names), holds what the answer adds to it, and by how sure the model was of its words
+        (a model that reads the answer in its sources gives it high probability; one that guesses,
+        or answers a question the sources only resemble, spreads it)."""
         support = float(np.average([s.score for s in sentences], weights=[max(1, f.n_content) for f in found])
                         ) if sentences else 0.0
         if support == 0.0:
@@ -267,7 +271,9 @@ class EvidenceAligner:
         cfg = self.config
         z = (_logit(support) + cfg.weight_context * (context - 1.0) + cfg.weight_unmatched * bool(unmatched)
              + cfg.weight_novel * (novel - 1.0)
-             + cfg.weight_relevance * ((cfg.relevance_default if relevance is None else relevance) - 1.0))
+             + cfg.weight_relevance * ((cfg.relevance_default if relevance is None else relevance) - 1.0)
+             + cfg.weight_confidence * ((cfg.confidence_default if confidence is None else confidence)
+                                        - cfg.confidence_default))
         return _sigmoid(z), support
 
     def _confirms(self, cp: CopiedSpan, answer: str, found: list[_Found], chunks: Sequence[EvidenceChunk]) -> bool:

@@ -3,6 +3,7 @@ answer with ``[n]`` markers after the sentences they support, and why an unsuppo
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from localrag.evidence.records import MarkedAnswer
@@ -44,4 +45,7 @@ def unsupported_reason(evidence: AnswerEvidence | None) -> str:
         return "no answer was written"
     if not evidence.cited:
         return "nothing in the answer was found in them"
-    return f"its support {evidence.score:.3f} is below the calibrated threshold {evidence.threshold:.3f}"
+    why = f"its support {evidence.score:.3f} is below the calibrated threshold {evidence.threshold:.3f}"
+    if evidence.confidence is not None:  # the geometric mean of the probabilities of its tokens
+        why += f"; the model's confidence in its words: {math.exp(evidence.confidence):.0%}"
+    return why

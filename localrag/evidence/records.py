@@ -51,33 +51,36 @@ class MarkedAnswer:
 class EvidenceConfig:
     """Constants of the aligner. The weights, the bias and the thresholds are calibrated by
 
-        python -m localrag bench grounding --suite squad --split calibration --n 200 --calibrate
+        python -m localrag bench grounding --suite squad --split calibration --n 100 --calibrate
 
     on the calibration half of SQuAD v2 dev (questions split by a hash of their paragraph, see
     ``localrag.bench.data.split_of``), never on the reported half: a logistic regression of "the
-    answer contains a gold answer" on the answer-level signals, each weight kept to its sign (more
-    evidence never lowers the support), and the refusal threshold as the highest that refused
-    (with the model's own refusals) at most 15% of the answerable questions there. These defaults
-    are the default answer model's (Qwen2.5-Coder-1.5B-Instruct), fitted on 116 questions of
-    that seeded 200-question sample (60 answerable, 56 not; answered in a seeded random order until
-    the time set for it ran out). ``for_model`` gives the bundled small models their own fit.
-    ``sentence_threshold`` is the same threshold applied to one sentence."""
+    answer contains a gold answer" on the answer-level signals, the answer model's confidence
+    included, each weight kept to its sign (more evidence never lowers the support), and the
+    refusal threshold as the highest that refused (with the model's own refusals) at most 15% of
+    the answerable questions there. These defaults are the default answer model's
+    (Qwen2.5-Coder-1.5B-Instruct), fitted on that seeded 100-question sample (56 answerable, 44 not;
+    83 answered). ``for_model`` gives the bundled small models their own fit (made before the
+    confidence existed: its weight is 0 there). ``sentence_threshold`` is the same threshold applied
+    to one sentence."""
 
-    weight_exact: float = 1.1199
-    weight_overlap: float = 0.1070
-    weight_embedding: float = 1.0226
+    weight_exact: float = 0.3246
+    weight_overlap: float = 0.1341
+    weight_embedding: float = 0.5815
     weight_missing: float = 0.0000
-    weight_context: float = 1.3000  # answer level: logit moves by weight * (context - 1)
-    weight_unmatched: float = -0.8742  # answer level: a number or name of the question not in the evidence
+    weight_context: float = 0.9816  # answer level: logit moves by weight * (context - 1)
+    weight_unmatched: float = -0.2362  # answer level: a number or name of the question not in the evidence
     weight_novel: float = 0.0000  # answer level: logit moves by weight * (novel - 1)
-    weight_relevance: float = 0.7475  # answer level: logit moves by weight * (relevance - 1)
+    weight_relevance: float = 0.8392  # answer level: logit moves by weight * (relevance - 1)
     relevance_default: float = 0.5  # stands in for the relevance signal when no embedder is given
+    weight_confidence: float = 0.9203  # answer level: logit moves by weight * (confidence - confidence_default)
+    confidence_default: float = -0.1865  # stands in for the answer model's confidence where it is unknown
     weight_judge: float = 0.0  # the judge is off by default: see the README (AUROC 0.52, ~1 s per answer)
     judge_center: float = 0.0  # the judge's logit is centred on this
     embedding_default: float = 0.5  # stands in for the embedding signal when no embedder is given
-    bias: float = -1.0461
-    sentence_threshold: float = 0.2197  # a sentence scoring below this is unsupported
-    refusal_threshold: float = 0.2197  # an answer scoring below this is not supported by the documents
+    bias: float = -0.4018
+    sentence_threshold: float = 0.1750  # a sentence scoring below this is unsupported
+    refusal_threshold: float = 0.1750  # an answer scoring below this is not supported by the documents
     phrase_tokens: int = 3  # an exact match counts when at least this long (or the whole sentence)
     min_overlap: float = 0.3  # a chunk without such a match is evidence only if it has this share of the words
     max_chunks: int = 3  # chunks one sentence may cite

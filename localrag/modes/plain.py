@@ -100,7 +100,8 @@ class PlainMode(AnswerMode):
             yield AnswerResult(text=text, mode=self.id, citations=[], supported=False, stats=stats,
                                searched=ready.found.searched, notes=ready.notes)
             return
-        evidence = answerer.check(text, request.question, ready.found.hits, self.copied(generation, text, ready.found))
+        evidence = answerer.check(text, request.question, ready.found.hits, self.copied(generation, text, ready.found),
+                                  confidence=generation.stats.mean_logprob)
         stats.total_s = time.perf_counter() - t0
         yield checked_result(text, self.id, evidence, ready.found.hits, stats, ready.found.searched,
                              self.policy(request), notes=ready.notes)

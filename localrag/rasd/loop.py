@@ -172,10 +172,12 @@ class RasdDecoder(Decoder):
                     # child c with p_res(c) = p'(c) / (1 - mass of its rejected siblings) and samples
                     # the bonus from the residual, so every token is distributed as plain decoding's
                     path, bonus = accept(vt, rows, sampler)
+                    emitted = [vt.tokens[i] for i in path[1:]] + [bonus]
+                    for i, token in zip(path, emitted, strict=True):  # row path[j] chose token j
+                        sampler.note(rows[i], token)
                     self._record_rows(rows, path)
                     backend.commit_path(path)  # commit: root + accepted path stay in the KV
-                    step = Step([vt.tokens[i] for i in path[1:]] + [bonus], time.perf_counter() - t0,
-                                tree=vt, forced=plan_.probe)
+                    step = Step(emitted, time.perf_counter() - t0, tree=vt, forced=plan_.probe)
                     self._observe_tree(vt, sorted(plan_.keep), plan_.keys, path)
                 else:  # speculation does not pay now: one plain forward
                     step = self._plain_step(tok, sampler)

@@ -22,13 +22,15 @@ from localrag.bench.data import (
     split_of,
 )
 from localrag.bench.grounding import (
+    FEATURES,
     GroundingRow,
     auroc,
     cited_on_gold,
     fit_refusal_threshold,
+    fit_weights,
     summarize,
 )
-from localrag.evidence import EvidenceAligner
+from localrag.evidence import EvidenceAligner, EvidenceConfig
 
 
 def test_auroc_counts_ties_half_and_needs_both_classes():
@@ -95,6 +97,20 @@ def test_refusal_threshold_keeps_false_refusals_within_bound():
     assert sum(r.score < t2 for r in answerable) == 0  # the model's own refusals use up the allowance
 
 
+def test_the_fit_weighs_the_models_confidence_and_fills_it_in_where_unknown():
+    """Right answers written surely, wrong ones guessed: the confidence gets a positive weight, the
+    fitted default is the median known confidence, and an answer without one is fitted at it."""
+    def row(correct: bool, confidence: float | None) -> GroundingRow:
+        features = {**dict.fromkeys(FEATURES, 0.5), "confidence": confidence}
+        return GroundingRow("q", ["a"], "ans", "ans", True, 1.0 if correct else 0.0, correct, False, 0.5, 0.5,
+                            False, features, 0, 0, 0.01, 1.0, False, "eog", False)
+
+    rows = [row(True, -0.05 * i) for i in range(1, 9)] + [row(False, -1.0 - 0.1 * i) for i in range(8)]
+    fitted = fit_weights(rows + [row(True, None)], EvidenceConfig(), label="correct")
+    assert fitted.weight_confidence > 0
+    assert fitted.confidence_default == pytest.approx((-1.0 - 0.4) / 2)  # the median of the 16 known
+
+
 def test_jsonl_records_and_a_split_kept_apart(tmp_path):
     lines = [{"question": f"q{i}", "docs": [f"doc {i} a", f"doc {i} b"], "answers": [f"a{i}"] if i % 3 else [],
               "gold_doc": 1} for i in range(40)]
@@ -136,6 +152,7 @@ def test_bench_grounding_runs_end_to_end(tmp_path):
     assert 0 < result["overhead"] < 1
     rows = json.loads((tmp_path / "full.json").read_text())["rows"]
     assert [r["question"] for r in rows] == [x["question"] for x in lines] and all(r["answer_s"] > 0 for r in rows)
+    assert all(r["features"]["confidence"] is not None for r in rows)  # the model's own, from its generation
     bad = subprocess.run([sys.executable, "-m", "localrag", "bench", "grounding", "--data", str(path), "--calibrate"],
                          capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and "calibrate on --split calibration" in bad.stderr

@@ -121,11 +121,14 @@ def test_bench_speed_runs_on_a_prompts_file(tmp_path):
         "plain,plain-cached,retrieval,rasd",
         "--threads",
         "1",
+        "--out",
+        str(tmp_path / "speed.json"),
         "--json",
     ]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr[-2000:]
     rep = json.loads(out.stdout)
+    assert json.loads((tmp_path / "speed.json").read_text()) == rep  # --out: the report, written after each suite
     summ = rep["suites"][str(f)]["summary"]
     assert {"plain", "plain-cached", "retrieval", "rasd"} <= set(summ)
     assert summ["rasd"]["n"] == 1 and summ["noise_bound"]["max_abs_logit_diff"] == 0.0
