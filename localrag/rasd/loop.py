@@ -173,9 +173,7 @@ class RasdDecoder(Decoder):
                     # the bonus from the residual, so every token is distributed as plain decoding's
                     path, bonus = accept(vt, rows, sampler)
                     emitted = [vt.tokens[i] for i in path[1:]] + [bonus]
-                    for i, token in zip(path, emitted, strict=True):  # row path[j] chose token j
-                        sampler.note(rows[i], token)
-                    self._record_rows(rows, path)
+                    self._record_rows(rows, path, emitted, sampler)
                     backend.commit_path(path)  # commit: root + accepted path stay in the KV
                     step = Step(emitted, time.perf_counter() - t0, tree=vt, forced=plan_.probe)
                     self._observe_tree(vt, sorted(plan_.keep), plan_.keys, path)
@@ -237,8 +235,12 @@ class RasdDecoder(Decoder):
         return max(0, min(self.config.max_depth, self._limit - 1))
 
     # --- after verifying -------------------------------------------------------------------
-    def _record_rows(self, rows: np.ndarray, path: list[int]) -> None:
-        if self.record_logits is not None:  # row path[j] chose token j+1 of this step's output
+    def _record_rows(self, rows: np.ndarray, path: list[int], emitted: list[int], sampler: Sampler) -> None:
+        """Row path[j] chose token j of this step's output: noted on the sampler (the answer's
+        confidence), and kept where the diagnostics ask for the logits."""
+        for i, token in zip(path, emitted, strict=True):
+            sampler.note(rows[i], token)
+        if self.record_logits is not None:
             self.record_logits.extend(np.array(rows[i], dtype=np.float32) for i in path)
 
     def _observe_tree(self, vt: TokenTree, old: list[int], keys: list[tuple], path: list[int]) -> None:
