@@ -54,7 +54,10 @@ def test_plain_mode_streams_then_cites_what_supports_the_answer(index, drafter):
     assert result.text == text.strip() and text.strip()
     hits = index.search(Q, 3)
     ev = result.evidence
-    assert ev == ans.evidence_aligner().align(result.text, hits, question=Q)  # checked against its prompt's chunks
+    # checked against its prompt's chunks, with the model's confidence in what it wrote
+    confidence = result.stats.generation.mean_logprob
+    assert confidence is not None and confidence < 0.0
+    assert ev == ans.evidence_aligner().align(result.text, hits, question=Q, confidence=confidence)
     assert result.supported == ev.supported and result.on_unsupported == "warn" and not result.refused
     assert [c.chunk_id for c in result.citations] == list(ev.cited)  # (none when nothing of it was found)
     assert [c.chunk_id for c in result.also_searched] == [h.chunk_id for h in hits if h.chunk_id not in ev.cited]
