@@ -29,6 +29,13 @@ from localrag.results import GenerationStats, RasdStats
 READ_STEP = 128  # prompt tokens per piece while ``Generation.read`` reports progress
 
 
+def token_logprob(row: np.ndarray, token: int) -> float:
+    """log softmax(row)[token], computed stably in float64."""
+    r = row.astype(np.float64)
+    mx = r.max()
+    return float(r[token] - mx - np.log(np.exp(r - mx).sum()))
+
+
 class Sampler:
     """Turns logits into the next token: argmax when greedy, else seeded sampling.
 
@@ -45,10 +52,10 @@ class Sampler:
         self.logprobs: list[float] = []
 
     def note(self, logits: np.ndarray, token: int) -> None:
-        """Record that ``token`` was chosen from ``logits``: log softmax(logits)[token]. Every
-        decoder notes each token it emits (``pick`` does it for the tokens it picks)."""
-        top = float(logits.max())  # (float32 exponentials, summed in float64: ~0.2 ms for 152k logits)
-        self.logprobs.append(float(logits[token]) - top - float(np.log(np.exp(logits - top).sum(dtype=np.float64))))
+        """Record that ``token`` was chosen from ``logits`` (``token_logprob``; ~1.4 ms for 152k
+        logits against a forward of tens). Every decoder notes each token it emits (``pick`` does
+        it for the tokens it picks)."""
+        self.logprobs.append(token_logprob(logits, token))
 
     @property
     def greedy(self) -> bool:

@@ -29,6 +29,7 @@ import numpy as np
 from localrag.backends.base import BatchBackend
 from localrag.config import GroundedConfig, RepetitionConfig
 from localrag.engine import Engine
+from localrag.generation import token_logprob
 from localrag.repetition import RepetitionGuard
 from localrag.results import AnswerProgress
 
@@ -123,13 +124,6 @@ def chunk_tokens(engine: Engine, chunks: Sequence[str]) -> list[list[int]]:
 def _user_turn(chunks: Sequence[str], question: str) -> str:
     docs = "\n\n".join(f"[{i}] {c.strip()}" for i, c in enumerate(chunks, start=1))
     return f"Documents:\n{docs}\n\nQuestion: {question}"
-
-
-def token_logprob(row: np.ndarray, token: int) -> float:
-    """log softmax(row)[token], computed stably in float64."""
-    r = row.astype(np.float64)
-    mx = r.max()
-    return float(r[token] - mx - np.log(np.exp(r - mx).sum()))
 
 
 def write_drafts(backend: BatchBackend, prompts: Sequence[list[int]], cfg: GroundedConfig, seq_base: int = 0,

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 from localrag.backends.base import BatchBackend
 from localrag.config import GroundedConfig
-from localrag.grounded.drafting import DrafterOutput, decode_rows, token_logprob
+from localrag.generation import token_logprob
+from localrag.grounded.drafting import DrafterOutput, decode_rows
 from localrag.grounded.extras import GroundedDraft, may_answer
 from localrag.grounded.extras import is_refusal as is_refusal  # re-exported: benchmarks use it
 
