@@ -101,7 +101,7 @@ QWEN_CODER_1_5B = ChunkedModel(
     """),
     size=1_117_320_768,
     sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
-    good_for="the default: answers from your documents (SQuAD, 200 questions: 56 of 89 answerable right, mean F1 62) "
+    good_for="the default: answers from your documents (SQuAD, 200 questions: 55 of 89 answerable right, mean F1 61) "
              "and code; on 2 CPU cores it reads a prompt at ~76 tokens/s and writes ~26 tokens/s (llama-bench), so a "
              "5-chunk question waited 17.5 s for its first word, a follow-up over the same chunks 0.5 s (bench ttft)",
 )

@@ -124,7 +124,7 @@ def test_grounded_drafts_with_the_small_model_and_verifies_with_the_large_one(qw
     extras = result.extras
     # One draft per subset (one chunk of each of 2 clusters) of the chunks past the relevance gate: with
     # two or fewer (the planted fact's chunk may be alone) there is one subset, so one draft.
-    assert isinstance(extras, GroundedExtras) and extras.scoring == "verifier" and 1 <= len(extras.drafts) <= 2
+    assert isinstance(extras, GroundedExtras) and extras.scoring == "drafter + reflection" and 1 <= len(extras.drafts) <= 2
     assert len(extras.drafts) == 2 or result.stats.search.n_relevant <= 2
-    assert all(d.n_verify_tokens > 0 for d in extras.drafts)  # scored by the 1.5B, token by token
+    assert all(d.reflection < 0 for d in extras.drafts)  # the 1.5B's log p("Yes") of each draft
     assert right in result.text and result.supported, (result.text, extras.unsupported_reason)

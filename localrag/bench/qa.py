@@ -128,7 +128,6 @@ def _grounded(answerer: Answerer, pipeline: GroundedPipeline, rec: QARecord, gen
     gold = max(chosen, key=lambda d: score_answer(d.answer, rec.answers)["f1"]) if chosen and rec.answers else None
     picks["oracle"] = Pick(gold.answer if gold else None, lat)
     drafts = tuple({"answer": d.answer, "draft_logprob": round(d.draft_logprob, 3), "n_draft": d.n_draft_tokens,
-                    "consistency": round(d.consistency, 3), "n_verify": d.n_verify_tokens,
                     "reflection": round(d.reflection, 3), "dropped": d.dropped} for d in extras.drafts)
     return ((chosen[0].answer, chosen[0].score) if chosen else (None, None)), drafts
 

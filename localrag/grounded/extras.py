@@ -29,7 +29,6 @@ class GroundedDraft:
     (see ``localrag.grounded.scoring``).
 
     draft_logprob: log P(rationale) + log P(answer | rationale) under the drafter (sum over tokens).
-    consistency: the verifier's sum of log p over the answer + rationale tokens.
     reflection: the verifier's log p("Yes") after the self-reflection question.
     score: the length-normalised combination used for selection.
     """
@@ -38,11 +37,9 @@ class GroundedDraft:
     rationale: str
     citations: list[Citation]
     draft_logprob: float
-    consistency: float
     reflection: float
     score: float
     n_draft_tokens: int = 0
-    n_verify_tokens: int = 0
     subset: tuple[int, ...] = ()  # indices into the retrieved chunks
     dropped: str = ""  # why this draft cannot be the answer ("" when it can): its answer never ended
 
@@ -61,7 +58,7 @@ class GroundedDraft:
     @classmethod
     def from_dict(cls, data: dict) -> GroundedDraft:
         nan = float("nan")
-        d = {"answer": "", "rationale": "", "draft_logprob": nan, "consistency": nan, "reflection": nan,
+        d = {"answer": "", "rationale": "", "draft_logprob": nan, "reflection": nan,
              "score": nan} | known_fields(cls, data)
         d["citations"] = [Citation.from_dict(c) for c in d.get("citations") or []]
         d["subset"] = tuple(d.get("subset") or ())
@@ -82,8 +79,9 @@ def may_answer(draft: GroundedDraft) -> bool:
 @dataclass
 class GroundedExtras(ModeExtras):
     """Grounded mode's record of one answer: every draft, best first, and what each phase took.
-    ``scoring``: how the drafts were scored ("verifier": consistency and reflection from the
-    verifier's log-probabilities; "drafter only": the drafter-only ablation)."""
+    ``scoring``: the terms of the drafts' scores ("drafter + reflection": the drafter's
+    log-probabilities and the verifier's reflection; "drafter only": the drafter-only ablation;
+    a serving engine names those its replies held)."""
 
     kind: ClassVar[str] = "grounded"
     drafts: list[GroundedDraft] = field(default_factory=list)
@@ -94,7 +92,7 @@ class GroundedExtras(ModeExtras):
     draft_tokens: int = 0
     threshold: float = 0.0
     unsupported_reason: str = ""
-    scoring: str = "verifier"
+    scoring: str = "drafter + reflection"
 
     def chosen(self) -> int | None:
         """The chosen draft's index: the best-scoring one that may be the answer (None: none may)."""
@@ -140,7 +138,7 @@ def drafts_markdown(drafts: Sequence[GroundedDraft], best: int | None) -> str:
     """One block per draft (a seven-column table squeezed its headers into a chat bubble):
 
         **#1 ✅ Marta Ilves** · score -1.100
-        draft log p -3.200 · consistency -4.100 · reflection -0.200 · from zephyr.md lines 3-4
+        draft log p -3.200 · reflection -0.200 · from zephyr.md lines 3-4
         > *The text says Marta Ilves polished it.*
 
     A dropped draft (its answer never ended) shows what it wrote with "…" and why it was dropped.
@@ -153,8 +151,7 @@ def drafts_markdown(drafts: Sequence[GroundedDraft], best: int | None) -> str:
         if d.dropped:
             answer = f"{answer}… ✂ dropped: {html.escape(d.dropped)}"
         lines = [f"**#{i + 1}{mark} {answer}** · score {_f(d.score)}",
-                 f"draft log p {_f(d.draft_logprob)} · consistency {_f(d.consistency)} · "
-                 f"reflection {_f(d.reflection)}" + (f" · from {', '.join(c.label for c in d.citations)}"
+                 f"draft log p {_f(d.draft_logprob)} · reflection {_f(d.reflection)}" + (f" · from {', '.join(c.label for c in d.citations)}"
                                                       if d.citations else "")]
         if d.rationale:
             lines.append(f"> *{html.escape(' '.join(d.rationale.split()))}*")

@@ -13,8 +13,9 @@ Pipeline, one function per phase:
                     concurrently as llama.cpp sequences in one batch (``grounded.drafting``). An
                     answer ends at a sentence end, a line break or end-of-generation within the
                     request's max_tokens; one that does not (or that loops) is dropped, never cut short
-    score_drafts    the verifier scores each draft's TEXT (its own tokenizer) in one pass over
-                    [question, answer, rationale, reflection question, "Yes"] (``grounded.scoring``)
+    score_drafts    the verifier reads each draft's TEXT (its own tokenizer), all in one pass over
+                    [question, rationale, answer, reflection question, "Yes"]: log p("Yes") is its
+                    reflection (``grounded.scoring``)
     select          best combined score; below the calibrated threshold -> "not in the documents"
     check           the chosen draft's sentence-level evidence in the chunks it was written from
                     (``localrag.evidence``, when an aligner is given): its citations are the chunks
@@ -124,7 +125,7 @@ class GroundedPipeline:
         """Cluster -> subsets -> draft -> verify -> select over already retrieved chunks (best first)."""
         t0 = time.perf_counter() if t0 is None else t0
         gen = gen or GenerationConfig()
-        gs = GroundedExtras(threshold=cfg.min_score, scoring="verifier" if cfg.use_verifier else "drafter only")
+        gs = GroundedExtras(threshold=cfg.min_score, scoring="drafter + reflection" if cfg.use_verifier else "drafter only")
         t = time.perf_counter()
         if cfg.cluster and vectors is not None:
             subsets = make_subsets(cluster(vectors, cfg.k, cfg.seed), cfg.m)
@@ -172,17 +173,16 @@ class GroundedPipeline:
         yield AnswerProgress("verifying")
         t = time.perf_counter()
         rationales = [d.shown_rationale for d in toks]
-        scores = None
+        reflections = None
         if cfg.use_verifier:
-            scores = score_drafts(self.verifier.backend, question,
-                                  [(d.answer_text, r) for d, r in zip(toks, rationales, strict=True)], cfg)
+            reflections = score_drafts(self.verifier.backend, question,
+                                       [(d.answer_text, r) for d, r in zip(toks, rationales, strict=True)], cfg)
         gs.verify_s = time.perf_counter() - t
         return [GroundedDraft(answer=short_answer(d.answer_text), rationale=rationale,
                               citations=[Citation.from_hit(hits[i]) for i in sub], draft_logprob=d.logprob,
-                              consistency=scores[j].consistency if scores else 0.0,
-                              reflection=scores[j].reflection if scores else 0.0,
-                              score=combined_score(d, scores[j] if scores else None), n_draft_tokens=d.n_tokens,
-                              n_verify_tokens=scores[j].n_tokens if scores else 0, subset=tuple(sub),
+                              reflection=reflections[j] if reflections else 0.0,
+                              score=combined_score(d, reflections[j] if reflections else None),
+                              n_draft_tokens=d.n_tokens, subset=tuple(sub),
                               dropped=dropped_because(d.ended, gen.max_tokens))
                 for j, (d, sub, rationale) in enumerate(zip(toks, subsets, rationales, strict=True))]
 

@@ -20,8 +20,8 @@ verifier's part is what an OpenAI-compatible server can give:
   ``logprobs`` for generated tokens (llama-server and vLLM do);
 - self-reflection, log p("Yes") as the first token of a reply to the reflection question, from
   the same ``top_logprobs``;
-- not self-consistency: it needs the log-probability of a given text (prompt logprobs), which the
-  chat API does not return. ``GroundedExtras.scoring`` says which terms the scores hold.
+- the same terms as in-process (``grounded.scoring``); ``GroundedExtras.scoring`` says which of
+  them the server's replies held.
 
 Everything else (retrieval, subsets, selection, the evidence check, refusal) is the local
 pipeline's (``GroundedPipeline``).
@@ -45,7 +45,7 @@ from localrag.evidence import EvidenceAligner
 from localrag.grounded.drafting import draft_messages, ends_sentence, rationale_end, shown_rationale
 from localrag.grounded.extras import GroundedDraft, GroundedExtras
 from localrag.grounded.pipeline import GroundedPipeline, dropped_because
-from localrag.grounded.scoring import short_answer
+from localrag.grounded.scoring import short_answer, verifier_text
 from localrag.rag.records import Hit
 from localrag.results import AnswerProgress, Citation
 
@@ -119,7 +119,6 @@ class RemoteGroundedPipeline(GroundedPipeline):
         have_reflection = any(r is not None for r in reflections)
         gs.scoring = " + ".join(
             [t for t, ok in (("drafter", have_logprobs), ("reflection", have_reflection)) if ok]) or "none"
-        gs.scoring += " (an endpoint returns no log-probabilities of a given text: no consistency term)"
         return [_scored(d, r, rf, [hits[i] for i in sub], sub, gen)
                 for d, r, rf, sub in zip(drafts, shown, reflections, subsets, strict=True)]
 
@@ -131,7 +130,7 @@ class RemoteGroundedPipeline(GroundedPipeline):
             if draft is None:
                 return None
             rationale, answer = draft
-            prompt = f"Question: {question}\nAnswer: {answer}\nRationale: {rationale}\n{cfg.reflection_question}"
+            prompt = verifier_text(question, answer, rationale, cfg).rstrip("\n")
             got = engine.choice_logprobs([{"role": "user", "content": prompt}], ("Yes",))
             if got is None:
                 return None
@@ -205,6 +204,6 @@ def _scored(d: RemoteDraft, rationale: str, reflection: float | None, hits: list
     score = sum(lps) / max(len(lps), 1) + (reflection or 0.0)
     return GroundedDraft(answer=short_answer(d.answer_text), rationale=rationale,
                          citations=[Citation.from_hit(h) for h in hits], draft_logprob=sum(lps),
-                         consistency=0.0, reflection=reflection or 0.0, score=score,
-                         n_draft_tokens=len(d.rationale) + len(d.answer), n_verify_tokens=0, subset=tuple(subset),
+                         reflection=reflection or 0.0, score=score,
+                         n_draft_tokens=len(d.rationale) + len(d.answer), subset=tuple(subset),
                          dropped=dropped_because(d.ended, gen.max_tokens))

@@ -117,7 +117,7 @@ def test_grounded_mode_streams_its_progress_then_the_checked_answer(index, draft
     request = ask("grounded", drafts=2, drafter="target", verifier="gemma3-270m")
     text, result = _collect(get_mode("specrag").stream(ans, request), progress)
     extras = result.extras
-    assert isinstance(extras, GroundedExtras) and extras.scoring == "verifier"
+    assert isinstance(extras, GroundedExtras) and extras.scoring == "drafter + reflection"
     assert result.mode == "grounded" and len(extras.drafts) >= 1 and result.on_unsupported == "refuse"
     assert text == ("" if result.refused else result.text) and result.refused == (not result.supported)
     assert result.evidence is not None and [c.chunk_id for c in result.citations] == list(result.evidence.cited)

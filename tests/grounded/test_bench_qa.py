@@ -18,8 +18,8 @@ from localrag.results import AnswerStats, Citation
 
 
 def _draft(answer: str, score: float, draft_logprob: float, dropped: str = "") -> GroundedDraft:
-    return GroundedDraft(answer=answer, rationale="", citations=[], draft_logprob=draft_logprob, consistency=-1.0,
-                         reflection=-0.5, score=score, n_draft_tokens=1, n_verify_tokens=1, dropped=dropped)
+    return GroundedDraft(answer=answer, rationale="", citations=[], draft_logprob=draft_logprob,
+                         reflection=-0.5, score=score, n_draft_tokens=1, dropped=dropped)
 
 
 @dataclass
@@ -70,7 +70,7 @@ def test_each_method_reports_its_own_pick_from_the_same_drafts():
     rec = QARecord("Which coastline does Southern California touch?", ("doc",), ("Pacific",))
     pipeline, gen = FakePipeline(DRAFTS), GenerationConfig(max_tokens=32)
     row = run_question(FakeAnswerer("Answer: The Pacific."), FakeAnswerer("I don't know"), pipeline,
-                       rec, gen, GroundedConfig(), k=5, ask=fake_ask)
+                       rec, gen, GroundedConfig(min_score=-10.0), k=5, ask=fake_ask)  # every draft passes
     assert pipeline.gens == [gen, gen]  # grounded and nocluster answer within the same limits as RAG
     picked = {m: p.answer for m, p in row.picks.items()}
     assert picked["rag"] == "The Pacific"
@@ -118,10 +118,10 @@ def test_reranked_takes_the_next_draft_whose_evidence_holds():
     chunk = Citation(file="/d/coast.txt", page=None, line_start=1, line_end=1, snippet="", chunk_id="c1",
                      text="Southern California touches the Pacific Ocean along its whole western coast.",
                      label="coast.txt line 1")
-    drafts = [GroundedDraft("Los Angeles", "The city of Los Angeles sits on the Atlantic.", [chunk], -2.0, -1.0,
-                            -0.5, -6.0, 1, 1),
+    drafts = [GroundedDraft("Los Angeles", "The city of Los Angeles sits on the Atlantic.", [chunk], -2.0,
+                            -0.5, -6.0, 1),
               GroundedDraft("the Pacific Ocean", "Southern California touches the Pacific Ocean.", [chunk], -2.0,
-                            -1.0, -0.5, -7.0, 1, 1)]
+                            -0.5, -7.0, 1)]
     rec = QARecord("Which ocean does Southern California touch?", ("doc",), ("Pacific",))
     row = run_question(FakeAnswerer("x"), FakeAnswerer("x"), FakePipeline(drafts, supported=False), rec, None,
                        GroundedConfig(min_score=-8.5), k=5, ask=fake_ask, aligner=EvidenceAligner(),

@@ -25,7 +25,7 @@ CHUNK = Citation(file="kettle.md", page=None, line_start=1, line_end=3, snippet=
 
 def _draft(answer: str, rationale: str) -> GroundedDraft:
     return GroundedDraft(answer=answer, rationale=rationale, citations=[CHUNK], draft_logprob=-1.0,
-                         consistency=0.0, reflection=0.0, score=-1.0)
+                         reflection=0.0, score=-1.0)
 
 
 @pytest.fixture(scope="module")

@@ -7,8 +7,6 @@ Run: HF_HUB_OFFLINE=1 .venv/bin/python -m pytest tests/grounded/test_pipeline.py
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
 
@@ -17,7 +15,7 @@ from localrag.config import GenerationConfig, GroundedConfig
 from localrag.evidence import EvidenceAligner
 from localrag.grounded.drafting import SpanCopy, chunk_tokens, draft_prompt, write_drafts
 from localrag.grounded.pipeline import GroundedPipeline, retrieve
-from localrag.grounded.scoring import is_refusal, score_drafts, verifier_segments
+from localrag.grounded.scoring import is_refusal, score_drafts, verifier_tokens
 
 pytestmark = pytest.mark.slow
 
@@ -185,28 +183,23 @@ def test_extractive_drafts_copy_spans_and_keep_the_drafters_own_logprob(drafter)
         assert d.logprob == pytest.approx(by_hand, rel=0.05, abs=0.05 * d.n_tokens)
 
 
-def test_verifier_scores_match_token_by_token_decoding(verifier):
+def test_the_reflection_is_log_p_yes_by_token_by_token_decoding(verifier):
     drafts = [("30 days", "Either party may terminate this agreement with 30 days written notice."),
-              ("14 days", "Invoices are due within 14 days.")]
-    scores = score_drafts(verifier.backend, NOTICE_Q, drafts, CFG)
+              ("14 days", "Either party may terminate this agreement with 30 days written notice.")]
+    reflections = score_drafts(verifier.backend, NOTICE_Q, drafts, CFG)
     be = verifier.backend
-    for (answer, rationale), got in zip(drafts, scores, strict=True):
-        tokens, scored, yes_at = verifier_segments(be, NOTICE_Q, answer, rationale, CFG)
+    for (answer, rationale), got in zip(drafts, reflections, strict=True):
+        tokens = verifier_tokens(be, NOTICE_Q, answer, rationale, CFG)
+        assert be.detokenize(tokens[:-1]).endswith(f"Rationale: {rationale}\nAnswer: {answer}\n"
+                                                   f"{CFG.reflection_question}\n")
         be.reset()
-        logp = [0.0]
-        logits = be.prefill(tokens[:1])
-        for tok in tokens[1:]:  # logp[p] = log p(tokens[p] | tokens[:p]), plain one-token decoding
-            logp.append(_logsoftmax(logits)[tok])
-            logits = be.decode_one(tok)
+        logits = be.prefill(tokens[:-1])  # the row before "Yes", one sequence alone
         be.reset()
-        assert got.n_tokens == len(scored) > 0
-        # batched and one-token llama.cpp kernels differ slightly (a few hundredths per token)
-        assert got.consistency == pytest.approx(sum(logp[p] for p in scored), rel=0.05, abs=0.05 * len(scored))
-        # one token, batched vs one-by-one kernels: llama.cpp's numerics differ by a few tenths here
-        assert got.reflection == pytest.approx(logp[yes_at[0]], abs=0.5)
-        assert got.reflection < 0 and math.isfinite(got.consistency)
-    # the supported draft should look more consistent to the verifier than the wrong one
-    assert scores[0].consistency / scores[0].n_tokens > scores[1].consistency / scores[1].n_tokens
+        # batched and one-sequence llama.cpp kernels differ slightly
+        assert got == pytest.approx(_logsoftmax(logits)[tokens[-1]], abs=0.5)
+        assert got < 0
+    # the rationale says 30 days: the verifier believes it supports "30 days" more than "14 days"
+    assert reflections[0] > reflections[1]
 
 
 def test_answer_reports_drafts_scores_timing_and_cites_the_used_chunks(index, drafter, verifier):
@@ -222,7 +215,7 @@ def test_answer_reports_drafts_scores_timing_and_cites_the_used_chunks(index, dr
     assert [d.score for d in result.extras.drafts] == sorted((d.score for d in result.extras.drafts), reverse=True)
     best = result.extras.drafts[0]
     for d in result.extras.drafts:
-        expect = d.draft_logprob / max(d.n_draft_tokens, 1) + d.consistency / max(d.n_verify_tokens, 1) + d.reflection
+        expect = d.draft_logprob / max(d.n_draft_tokens, 1) + d.reflection
         assert d.score == pytest.approx(expect)
     # the citations are exactly the chunks of the winning subset, which is what its drafter saw
     _, relevant = retrieve(index, NOTICE_Q, cfg)

@@ -13,7 +13,7 @@ import pytest
 from localrag.config import GroundedConfig
 from localrag.grounded.drafting import DrafterOutput, SpanCopy, share_plan
 from localrag.grounded.extras import GroundedDraft
-from localrag.grounded.scoring import VerifyScore, combined_score, select, short_answer
+from localrag.grounded.scoring import combined_score, select, short_answer
 from localrag.grounded.subsets import cluster, make_subsets, random_subsets, shared_prefix_order
 
 
@@ -74,18 +74,17 @@ def test_random_subsets_for_the_no_clustering_ablation():
     assert len(random_subsets(3, k=2, m=5)) == 3  # C(3,2) = 3 is all there is
 
 
-def test_combined_score_is_length_normalised_sum_of_logs():
+def test_combined_score_is_the_mean_draft_log_prob_plus_the_reflection():
     d = DrafterOutput(prompt=[1], rationale=[5, 6, 7], answer=[8], rationale_lp=[-1.0, -2.0, -0.5], answer_lp=[-0.5])
-    v = VerifyScore(consistency=-8.0, reflection=-0.25, n_tokens=5)
     assert d.logprob == pytest.approx(-4.0)
-    # mean draft log-prob (-4/4) + mean consistency (-8/5) + log p(Yes)
-    assert combined_score(d, v) == pytest.approx(-1.0 - 1.6 - 0.25)
+    # mean draft log-prob (-4/4) + log p(Yes)
+    assert combined_score(d, -0.25) == pytest.approx(-1.0 - 0.25)
     assert combined_score(d, None) == pytest.approx(-1.0)  # drafter-only ablation
-    assert math.isfinite(combined_score(DrafterOutput(prompt=[1]), VerifyScore(0.0, -1.0, 0)))
+    assert math.isfinite(combined_score(DrafterOutput(prompt=[1]), -1.0))
 
 
 def _draft(answer: str, score: float) -> GroundedDraft:
-    return GroundedDraft(answer=answer, rationale="", citations=[], draft_logprob=0.0, consistency=0.0, reflection=0.0,
+    return GroundedDraft(answer=answer, rationale="", citations=[], draft_logprob=0.0, reflection=0.0,
                  score=score)
 
 

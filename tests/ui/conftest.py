@@ -221,8 +221,8 @@ def _fake_stream(self: AnswerMode, answerer, request):
     extras = None
     if self.id == "grounded":
         drafts = [GroundedDraft("Marta Ilves", "The text says Marta Ilves polished it.", [citation()],
-                                -3.2, -4.1, -0.2, -1.1),
-                  GroundedDraft("Quillfield", "The town is Quillfield.", [citation()], -2.9, -6.0, -2.3, -3.4)]
+                                -3.2, -0.2, -1.1),
+                  GroundedDraft("Quillfield", "The town is Quillfield.", [citation()], -2.9, -2.3, -3.4)]
         extras = GroundedExtras(drafts=drafts, n_drafts=2, draft_s=0.2, verify_s=0.1)
     text = "".join(written).strip()
     retrieved = [ZEPHYR_HIT, GARDEN_HIT]

@@ -308,7 +308,7 @@ def test_grounded_mode_shows_drafts_with_scores(make_services):
     content = drafts["content"]
     assert "|" not in content  # no table: its seven headers were squeezed into the chat bubble
     assert content.startswith("**#1 ✅ Marta Ilves** · score -1.100  \n"
-                              "draft log p -3.200 · consistency -4.100 · reflection -0.200 · from zephyr.md lines 3-4")
+                              "draft log p -3.200 · reflection -0.200 · from zephyr.md lines 3-4")
     assert "> *The text says Marta Ilves polished it.*" in content and "**#2 Quillfield** · score -3.400" in content
     assert drafts["metadata"]["status"] == "done"  # collapsed: shown on demand
 
@@ -331,9 +331,9 @@ def test_the_pending_grounded_answer_shows_its_progress(make_services):
 def test_a_dropped_draft_is_marked_and_never_the_chosen_one():
     """A draft whose answer did not end within max_tokens shows what it wrote, cut and marked, and
     is never marked as chosen, even with the best score."""
-    cut = GroundedDraft("Marta Ilves polished the", "", [], -1.0, -1.0, -0.1, -0.5,
+    cut = GroundedDraft("Marta Ilves polished the", "", [], -1.0, -0.1, -0.5,
                         dropped="its answer did not end within 8 tokens")
-    whole = GroundedDraft("Quillfield", "", [], -2.9, -6.0, -2.3, -3.4)
+    whole = GroundedDraft("Quillfield", "", [], -2.9, -2.3, -3.4)
 
     def drafts_panel(drafts):
         messages = chat_messages([Turn(question="q", answer="", mode="grounded", extras=GroundedExtras(drafts=drafts))])
@@ -596,7 +596,7 @@ def test_a_grounded_answer_is_shown_once_and_its_rationale_only_under_drafts():
     from tests.ui.conftest import citation
 
     best = GroundedDraft("Marta Ilves polished it.", "Its primary mirror was polished by Marta Ilves.", [citation()],
-                         -3.2, -4.1, -0.2, -1.1)
+                         -3.2, -0.2, -1.1)
     text = best.text
     assert text.count("Marta Ilves") == 2  # what Grounded answers: the answer, then "Rationale: ..."
     turn = Turn(question="Who polished the mirror?", answer=text, mode="grounded", citations=[citation()],

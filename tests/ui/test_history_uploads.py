@@ -20,6 +20,7 @@ def test_a_chat_stored_before_modes_had_extras_reads_back(tmp_path):
     from localrag.app.history import Turn as StoredTurn
     from localrag.ui.render import mode_label
 
+    # an older record's "consistency" (a score no longer kept) is ignored
     draft = {"answer": "d", "rationale": "r", "citations": [], "draft_logprob": -1.0, "consistency": -2.0,
              "reflection": -0.5, "score": -1.0}
     payload = json.dumps({"drafts": [draft], "stats": {"mode": "grounded", "retrieval": {"query": "q", "k": 10},
@@ -39,7 +40,7 @@ def test_history_survives_reopen(tmp_path):
     store.add_turn(a, Turn("q1", "a1", "speedup", citations=[cite], stats=stats))
     b = store.new_chat("Second")
     store.add_turn(b, Turn("q2", "a2", "plain"))
-    draft = GroundedDraft("d", "r", [cite], -1.0, -2.0, -0.5, -1.0, subset=(0, 2))
+    draft = GroundedDraft("d", "r", [cite], -1.0, -0.5, -1.0, subset=(0, 2))
     store.add_turn(a, Turn("q3", "a3", "grounded", extras=GroundedExtras(drafts=[draft], n_drafts=1)))
     store.close()
 
