@@ -181,7 +181,7 @@ class GroundedPipeline:
         return [GroundedDraft(answer=short_answer(d.answer_text), rationale=rationale,
                               citations=[Citation.from_hit(hits[i]) for i in sub], draft_logprob=d.logprob,
                               reflection=reflections[j] if reflections else 0.0,
-                              score=combined_score(d, reflections[j] if reflections else None),
+                              score=combined_score(d.logprob, d.n_tokens, reflections[j] if reflections else None),
                               n_draft_tokens=d.n_tokens, subset=tuple(sub),
                               dropped=dropped_because(d.ended, gen.max_tokens))
                 for j, (d, sub, rationale) in enumerate(zip(toks, subsets, rationales, strict=True))]

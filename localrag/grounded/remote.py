@@ -45,7 +45,7 @@ from localrag.evidence import EvidenceAligner
 from localrag.grounded.drafting import draft_messages, ends_sentence, rationale_end, shown_rationale
 from localrag.grounded.extras import GroundedDraft, GroundedExtras
 from localrag.grounded.pipeline import GroundedPipeline, dropped_because
-from localrag.grounded.scoring import short_answer, verifier_text
+from localrag.grounded.scoring import combined_score, short_answer, verifier_text
 from localrag.rag.records import Hit
 from localrag.results import AnswerProgress, Citation
 
@@ -198,10 +198,9 @@ def _answer(tokens: list[TokenLogprob], stopped: bool, limit: int) -> tuple[tupl
 
 def _scored(d: RemoteDraft, rationale: str, reflection: float | None, hits: list[Hit], subset: Sequence[int],
             gen: GenerationConfig) -> GroundedDraft:
-    """One draft with its scores: mean token log-probability (+ reflection), as the local pipeline
-    normalises them (``scoring.combined_score``)."""
+    """One draft with its scores, combined as in-process (``scoring.combined_score``)."""
     lps = d.logprobs
-    score = sum(lps) / max(len(lps), 1) + (reflection or 0.0)
+    score = combined_score(sum(lps), len(lps), reflection)
     return GroundedDraft(answer=short_answer(d.answer_text), rationale=rationale,
                          citations=[Citation.from_hit(h) for h in hits], draft_logprob=sum(lps),
                          reflection=reflection or 0.0, score=score,

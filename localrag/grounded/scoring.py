@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from localrag.backends.base import BatchBackend
 from localrag.config import GroundedConfig
 from localrag.generation import token_logprob
-from localrag.grounded.drafting import DrafterOutput, decode_rows
+from localrag.grounded.drafting import decode_rows
 from localrag.grounded.extras import GroundedDraft, may_answer
 from localrag.grounded.extras import is_refusal as is_refusal  # re-exported: benchmarks use it
 
@@ -57,9 +57,10 @@ def score_drafts(backend: BatchBackend, question: str, drafts: Sequence[tuple[st
 
 
 # --------------------------------------------------------------------------- select
-def combined_score(d: DrafterOutput, reflection: float | None) -> float:
-    """Mean draft log-prob + log p(Yes); without a verifier (drafter-only ablation) the first alone."""
-    return d.logprob / max(d.n_tokens, 1) + (reflection or 0.0)
+def combined_score(draft_logprob: float, n_tokens: int, reflection: float | None) -> float:
+    """Mean draft log-prob (the sum over the draft's n tokens) + log p(Yes); without a verifier
+    (drafter-only ablation, or a server that returned none) the first alone."""
+    return draft_logprob / max(n_tokens, 1) + (reflection or 0.0)
 
 
 _LEAD_IN = re.compile(

@@ -78,9 +78,9 @@ def test_combined_score_is_the_mean_draft_log_prob_plus_the_reflection():
     d = DrafterOutput(prompt=[1], rationale=[5, 6, 7], answer=[8], rationale_lp=[-1.0, -2.0, -0.5], answer_lp=[-0.5])
     assert d.logprob == pytest.approx(-4.0)
     # mean draft log-prob (-4/4) + log p(Yes)
-    assert combined_score(d, -0.25) == pytest.approx(-1.0 - 0.25)
-    assert combined_score(d, None) == pytest.approx(-1.0)  # drafter-only ablation
-    assert math.isfinite(combined_score(DrafterOutput(prompt=[1]), -1.0))
+    assert combined_score(d.logprob, d.n_tokens, -0.25) == pytest.approx(-1.0 - 0.25)
+    assert combined_score(d.logprob, d.n_tokens, None) == pytest.approx(-1.0)  # drafter-only ablation
+    assert math.isfinite(combined_score(0.0, 0, -1.0))  # an empty draft
 
 
 def _draft(answer: str, score: float) -> GroundedDraft:
