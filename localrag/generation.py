@@ -108,7 +108,7 @@ class Decoder(Protocol):
 
     def set_limit(self, n_tokens: int) -> None:
         """The answer can take at most ``n_tokens`` more tokens (so a speculative decoder drafts no
-        further than the answer can go)."""
+        further than the answer can go). Called first before ``prefill``, then after every step."""
 
     def steps(self, backend: Backend, context: list[int], logits: np.ndarray,
               sampler: Sampler) -> Iterator[list[int]]:
@@ -237,11 +237,11 @@ class Generation:
             for _ in self.read():
                 pass
         logits = self._logits
+        self.decoder.set_limit(cfg.max_tokens)  # before its prefill, which may weigh the answer's length
         t0 = time.perf_counter()
         self.decoder.prefill(self.prompt_tokens, len(self.prompt_tokens) - stats.reused_prompt_tokens)
         t1 = time.perf_counter()
         stats.prefill_seconds += t1 - t0
-        self.decoder.set_limit(cfg.max_tokens)
         sampler = Sampler(cfg)
         steps = self.decoder.steps(be, self.prompt_tokens, logits, sampler)
         stats.stop_reason = "length"

@@ -182,7 +182,8 @@ class RasdStats(DecoderStats):
     probe_steps: int = 0  # tree steps forced to re-test acceptance
     draft_steps: int = 0  # steps that ran the draft model
     # a draft model was given but sat this answer out: its steps had not paid lately (the draft
-    # bandit), so it did not even read the prompt (``RasdDecoder.prefill``)
+    # bandit), or could not win back its reading of the prompt within the answer by the cost
+    # model, so it did not even read the prompt (``RasdDecoder.prefill``)
     draft_idle: bool = False
     drafted_by_source: dict[str, int] = field(default_factory=dict)  # verified nodes: draft/retrieval/both
     accepted_by_source: dict[str, int] = field(default_factory=dict)
@@ -217,7 +218,7 @@ class RasdStats(DecoderStats):
         return max(self.tree_sizes, default=0)
 
     def stats_parts(self) -> list[str]:
-        return ["draft model idle (it has not paid lately)"] if self.draft_idle else []
+        return ["draft model idle (it would not repay its time here)"] if self.draft_idle else []
 
     def to_dict(self) -> dict:
         return {**super().to_dict(), "tree_size_mean": self.tree_size_mean, "tree_size_max": self.tree_size_max}

@@ -21,6 +21,7 @@ from localrag.rasd.cost import (
     Calibrator,
     CostModel,
     DraftBandit,
+    draft_chain_limit,
     match_class,
     plan,
 )
@@ -28,7 +29,7 @@ from localrag.rasd.phases import Plan, Proposal, Step, choose, estimate, keys_fo
 from localrag.rasd.tree import TokenTree
 
 # the primitives, importable from here as before
-__all__ = ["Backoff", "Budget", "Calibrator", "CostModel", "DraftBandit", "match_class", "plan"]
+__all__ = ["Backoff", "Budget", "Calibrator", "CostModel", "DraftBandit", "draft_chain_limit", "match_class", "plan"]
 
 
 class Budget:
@@ -36,7 +37,10 @@ class Budget:
 
     What it learns outlives one answer (``start_answer`` clears only the per-answer part)."""
 
-    def __init__(self, config: RasdConfig, cost: CostModel, calibrator: Calibrator, max_nodes: int):
+    def __init__(self, config: RasdConfig, cost: CostModel, calibrator: Calibrator, max_nodes: int,
+                 draft_limit: float = float("inf")):
+        """draft_limit: the most the draft model's steps can give over plain (``draft_chain_limit``;
+        inf: unmeasured, or no draft)."""
         self.config = config
         self.cost = cost
         self.calibrator = calibrator
@@ -49,7 +53,8 @@ class Budget:
         # run the draft model or not, by the realised tokens/s of steps with and without it; kept
         # across answers like the calibrator, so one unlucky step at the start of an answer cannot
         # switch off a draft that earlier answers showed pays
-        self.draft_arm = DraftBandit(1.0 / cost(1), config.probe_every)
+        self.draft_limit = draft_limit
+        self.draft_arm = DraftBandit(1.0 / cost(1), config.probe_every, draft_limit / cost(1))
         # proposals plain steps did not verify, to learn from later: (tree, bucket keys, index of the
         # answer token its depth-1 nodes predict)
         self._unverified: list[tuple[TokenTree, list[tuple], int]] = []
@@ -75,6 +80,21 @@ class Budget:
 
     def draft_probe_due(self) -> bool:
         return self.draft_arm.probe_due()
+
+    def draft_repays_reading(self, lag: int, read_s: float, tokens: int) -> bool:
+        """Read `lag` prompt tokens into the draft model (`read_s` seconds each) for an answer of
+        about `tokens` tokens only if its steps can win that time back within the answer:
+        lag * read_s <= tokens * (1 / rate_nodraft - 1 / rate_draft). rate_draft is the draft
+        arm's realised rate, or, before its first step and for a probe (which doubts that rate),
+        the most the cost curves allow. On a CPU the draft's reading of a 5-chunk prompt takes
+        seconds, more than a short answer's draft steps can save: the answer then starts as soon
+        as Plain's."""
+        if not self.config.use_budget:
+            return True
+        arm = self.draft_arm
+        draft = self.draft_limit / self.cost(1) if arm.probe_due() else arm.rate["draft"]
+        saved_per_token = max(0.0, 1.0 / arm.rate["nodraft"] - 1.0 / draft)
+        return lag * read_s <= tokens * saved_per_token
 
     def plan(self, prop: Proposal, force: bool, depth: int) -> Plan:
         """Calibration keys, the nodes to verify and the expected gain.

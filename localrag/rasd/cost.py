@@ -347,19 +347,34 @@ class Backoff:
         self.wait = self.base
 
 
+def draft_chain_limit(cost: CostModel, draft_t1: float, depth: int) -> float:
+    """The most a draft model's chain can give over plain decoding at these costs: k drafted
+    tokens, every one accepted, emit k + 1 tokens for k draft forwards and one verify over k + 1,
+    so the limit is max over k <= depth of (k + 1) T(1) / (T(k + 1) + k Td(1)). Below 1, no draft
+    step can pay on this machine, however good the draft's guesses."""
+    t1 = cost(1)
+    return max((k + 1) * t1 / (cost(k + 1) + k * draft_t1) for k in range(1, max(depth, 1) + 1))
+
+
 class DraftBandit:
     """Run the draft model this step or not: a two-armed bandit on realised tokens/s.
 
-    Each arm's rate is an EMA of the tokens/s of its steps (drafting time included). Once the
-    draft arm falls behind, a probe runs it again after ``wait`` steps without it (doubling
-    after each lost probe, up to 1024). A probe's rate REPLACES the draft arm's estimate
-    instead of blending into it: that estimate is exactly what the probe doubts, and blended
-    at 0.2 a single bad first step would outweigh several winning probes.
+    Each arm's rate is an EMA of the tokens/s of its steps (drafting time included). Before its
+    first step the draft arm stands at `draft_rate`, the most its steps could realise by the cost
+    curves (``draft_chain_limit``; inf when unmeasured); a draft that cannot beat plain even so
+    starts behind, with its probes at the longest wait. Once the draft arm falls behind, a probe
+    runs it again after ``wait`` steps without it (doubling after each lost probe, up to 1024).
+    A probe's rate REPLACES the draft arm's estimate instead of blending into it: that estimate
+    is exactly what the probe doubts, and blended at 0.2 a single bad first step would outweigh
+    several winning probes.
     """
 
-    def __init__(self, plain_rate: float, probe_every: int):
-        self.rate = {"draft": float("inf"), "nodraft": plain_rate}
+    def __init__(self, plain_rate: float, probe_every: int, draft_rate: float = float("inf")):
+        self.rate = {"draft": draft_rate, "nodraft": plain_rate}
         self.backoff = Backoff(probe_every, DRAFT_PROBE_CAP)
+        if draft_rate < plain_rate:
+            self.backoff.wait = DRAFT_PROBE_CAP
+        self.tried = False  # a draft step has realised a rate
         self.skipped = 0  # steps without the draft since it last ran
 
     @property
@@ -376,8 +391,10 @@ class DraftBandit:
     def record(self, used_draft: bool, rate: float) -> None:
         probe = used_draft and self.skipped >= self.wait
         arm = "draft" if used_draft else "nodraft"
+        first = used_draft and not self.tried  # the prior gives way to the first realised rate
+        self.tried = self.tried or used_draft
         old = self.rate[arm]
-        self.rate[arm] = rate if (probe or old == float("inf")) else 0.8 * old + 0.2 * rate
+        self.rate[arm] = rate if (probe or first) else 0.8 * old + 0.2 * rate
         if probe:
             if self.rate["draft"] >= self.rate["nodraft"]:
                 self.backoff.reset()

@@ -30,7 +30,7 @@ from localrag.config import RasdConfig
 from localrag.generation import Decoder, Sampler
 from localrag.rasd.accept import accept
 from localrag.rasd.budget import Budget
-from localrag.rasd.cost import Calibrator, CostModel
+from localrag.rasd.cost import Calibrator, CostModel, draft_chain_limit
 from localrag.rasd.datastore import Datastore
 from localrag.rasd.phases import Plan, Proposal, Step, source_name
 from localrag.rasd.proposers import (
@@ -45,6 +45,10 @@ from localrag.rasd.tree import TokenTree
 from localrag.results import RasdStats
 
 __all__ = ["CopiedToken", "RasdDecoder", "unmeasured"]
+
+# an answer's length in tokens before this decoder has written any (a short document answer with
+# a sentence of context); then an EMA of its answers' lengths. Weighs the draft's prompt reading.
+TYPICAL_ANSWER_TOKENS = 64
 
 
 def _max_nodes(target: Backend, config: RasdConfig) -> int:
@@ -89,7 +93,8 @@ class RasdDecoder(Decoder):
         calibrator = calibrator if calibrator is not None else Calibrator()
         self.calibrator = calibrator
         self.draft = DraftProposer(draft, config, cost, calibrator) if draft is not None else None
-        self.budget = Budget(config, cost, calibrator, self.max_nodes)
+        limit = draft_chain_limit(cost, self.draft.t1, config.max_depth) if self.draft and self.draft.t1 else float("inf")
+        self.budget = Budget(config, cost, calibrator, self.max_nodes, draft_limit=limit)
         self.datastore = Datastore(target.n_vocab, config.max_match, config.min_match)
         self.retrieval = RetrievalProposer(self.datastore, config)
         self.graft = GraftProposer(self.datastore, config)
@@ -97,6 +102,7 @@ class RasdDecoder(Decoder):
         self.stats = RasdStats()
         self._answer: list[int] = []  # this answer's emitted tokens
         self._prefill_s = 0.0  # this decoder's share of the prompt prefill (see prefill)
+        self._typical_answer = TYPICAL_ANSWER_TOKENS  # EMA of this decoder's answer lengths, tokens
         self._limit = 1 << 30  # tokens the answer can still take (Generation's set_limit)
         # the draft model takes part in this answer: it read the prompt (see prefill)
         self._draft_on = draft is not None
@@ -131,17 +137,26 @@ class RasdDecoder(Decoder):
         The draft reads the prompt only for an answer that will run it: one where its steps have
         paid lately (the bandit, ``Budget.use_draft``), or where a probe of it is due and the
         draft has no more to read than the target just read (`read`): a new question's, not a
-        follow-up's or a Regenerate's, which the target answers from its cache. Otherwise it
-        sits the answer out, and the first words come as soon as Plain's (on a CPU the 0.5B
-        needs seconds for a 5-chunk prompt); a probe is never paid in the middle of an answer."""
+        follow-up's or a Regenerate's, which the target answers from its cache. And only if its
+        steps can win its reading back within an answer of typical length
+        (``Budget.draft_repays_reading``: on a CPU the 0.5B needs seconds for a 5-chunk prompt).
+        Otherwise it sits the answer out, and the first words come as soon as Plain's; a probe is
+        never paid in the middle of an answer."""
         t0 = time.perf_counter()
         if self.config.use_retrieval:
             self.datastore.set_context(context)
-        draft, arm = self.draft, self.budget.draft_arm
-        self._draft_on = draft is not None and self.budget.use_draft() and (
-            not self.config.use_budget or not arm.probe_due() or draft.lag(context) <= read)
+        draft, budget = self.draft, self.budget
+        self._draft_on = draft is not None and budget.use_draft()
+        if self._draft_on and self.config.use_budget:
+            lag = draft.lag(context)
+            tokens = min(self._limit, round(self._typical_answer))
+            self._draft_on = (not budget.draft_probe_due() or lag <= read) and budget.draft_repays_reading(
+                lag, draft.read_s, tokens)
         if self._draft_on:
+            t1 = time.perf_counter()
+            lag = draft.lag(context)
             draft.sync(context)
+            draft.note_read(lag, time.perf_counter() - t1)
         self._prefill_s = time.perf_counter() - t0
 
     def set_limit(self, n_tokens: int) -> None:
@@ -314,6 +329,7 @@ class RasdDecoder(Decoder):
 
     def _finish_stats(self) -> None:
         st = self.stats
+        self._typical_answer += 0.3 * (len(self._answer) - self._typical_answer)
         t1 = self.cost(1)  # as corrected online during this answer
         steps = max(st.steps, 1)
         st.mean_accepted = st.tokens / steps  # tokens per target forward, bonus included
@@ -333,7 +349,6 @@ class RasdDecoder(Decoder):
             (min(k, depth) + 1) * t1 / self.cost(k + 1) for k in range(1, self.max_nodes + 1)
         )
         if self.draft is not None:  # the same when the draft model writes the chain: + k draft forwards
-            d1 = self.draft.t1  # as measured at load
-            st.draft_limit_speedup = max((k + 1) * t1 / (self.cost(k + 1) + k * d1) for k in range(1, depth + 1))
+            st.draft_limit_speedup = draft_chain_limit(self.cost, self.draft.t1, depth)  # Td(1) as measured at load
         st.expected_gain_mean = self._gain_sum / max(st.spec_steps, 1)
         st.cost_curve_ms = self.cost.to_dict()

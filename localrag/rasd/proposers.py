@@ -29,6 +29,7 @@ from localrag.rasd.phases import Proposal, draft_cond, fuse, graft, prune_retrie
 from localrag.rasd.tree import DRAFT, TokenTree
 
 DRAFT_MAX_K = 8  # the draft's cost curve is probed up to chains of this length
+READ_MIN_TOKENS = 32  # a draft's reading of fewer prompt tokens does not re-measure its cost per token
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,7 @@ class DraftProposer:
         self.config = config
         self.calibrator = calibrator
         self.t1 = 0.0  # the draft's one-token forward, seconds (measured with its cost curve)
+        self.read_s = 0.0  # seconds per prompt token the draft reads: T_draft(8) / 8, then as realised
         self.model = self._model(draft, cost)
 
     def _model(self, draft: Backend, cost: CostModel) -> DraftModel:
@@ -114,6 +116,7 @@ class DraftProposer:
             return DraftModel(draft, cfg, chain=bool(cfg.draft_chain))
         dcost = CostModel.load_or_measure(draft, DRAFT_MAX_K)
         self.t1 = dcost(1)
+        self.read_s = dcost(DRAFT_MAX_K) / DRAFT_MAX_K
         chain = dcost.steep() if cfg.draft_chain is None else cfg.draft_chain
         slope = (cost(9) - cost(1)) / 8  # target verify cost per extra node
         min_p = (dcost(1) + slope) / cost(1) if cfg.use_budget else 0.0
@@ -121,6 +124,12 @@ class DraftProposer:
 
     def sync(self, ctx: list[int]) -> None:
         self.model.sync(ctx)
+
+    def note_read(self, lag: int, seconds: float) -> None:
+        """The draft read `lag` prompt tokens in `seconds`: its reading cost per token, as realised
+        (a reading of a few tokens is mostly a forward's fixed cost, and is not kept)."""
+        if lag >= READ_MIN_TOKENS:
+            self.read_s = seconds / lag
 
     def lag(self, ctx: list[int]) -> int:
         """Tokens a ``sync`` to `ctx` would prefill (the draft's cache keeps the common prefix)."""

@@ -176,6 +176,8 @@ class SettingsController:
         ok, why = self.s.mode_status(mode)
         label = self.s.mode_label(mode)
         head = f"Mode **{label}** is ready." if ok else f"⛔ **{label} is unavailable**: {why}"
+        if mode in self.s.modes:
+            head += f"\n\n_{self.s.modes[mode].summary}_"
         takes_draft = ok and any(f.name == "draft" for f in option_fields(self.s.mode(mode).options_type))
         if takes_draft and draft:
             note = self.draft_note(draft)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from localrag.rasd.budget import Calibrator, CostModel, plan
+from localrag.config import RasdConfig
+from localrag.rasd.budget import Budget, Calibrator, CostModel, plan
 
 
 def test_plan_prefers_plain_when_verification_is_expensive():
@@ -91,7 +92,6 @@ def test_realism_tracks_realised_over_expected_gain_within_bounds():
 
 
 def test_a_forced_probe_verifies_only_the_best_node():
-    from localrag.config import RasdConfig
     from localrag.rasd.phases import Proposal, choose
     from localrag.rasd.tree import RETRIEVAL, TokenTree
 
@@ -136,6 +136,52 @@ def test_draft_bandit_lost_probes_double_the_wait():
         arm.record(True, 10.0)  # the probe loses
         waits.append(arm.wait)
     assert waits == [4, 8, 16]
+
+
+def test_the_draft_chain_limit_is_the_best_fully_accepted_chain():
+    """k drafted tokens all accepted: k + 1 tokens for k draft forwards and one verify over k + 1."""
+    from localrag.rasd.budget import draft_chain_limit
+
+    cost = CostModel([1, 2, 4], [0.010, 0.012, 0.016])  # T(3) interpolates to 0.014
+    best = max(2 * 0.010 / (0.012 + 0.004), 3 * 0.010 / (0.014 + 0.008), 4 * 0.010 / (0.016 + 0.012))
+    assert draft_chain_limit(cost, 0.004, 3) == pytest.approx(best) == pytest.approx(1.4285714)
+    steep = CostModel([1, 2, 4], [0.010, 0.020, 0.040])  # k tokens cost k forwards: no chain pays
+    assert draft_chain_limit(steep, 0.004, 3) < 1.0
+
+
+def test_a_draft_the_cost_curves_rule_out_starts_behind_with_its_probes_far_apart():
+    from localrag.rasd.budget import DraftBandit
+    from localrag.rasd.cost import DRAFT_PROBE_CAP
+
+    arm = DraftBandit(plain_rate=20.0, probe_every=4, draft_rate=15.0)  # at best 0.75x plain
+    assert not arm.use_draft() and arm.wait == DRAFT_PROBE_CAP
+    hopeful = DraftBandit(plain_rate=20.0, probe_every=4, draft_rate=30.0)  # could pay: tried first
+    assert hopeful.use_draft() and hopeful.wait == 4
+    hopeful.record(True, 12.0)  # its first realised rate replaces the prior
+    assert hopeful.rate["draft"] == 12.0 and not hopeful.use_draft()
+
+
+def test_the_draft_reads_a_prompt_only_if_its_steps_can_win_the_reading_back():
+    """lag * read_s <= tokens * (1 / plain rate - 1 / draft rate): at 20 tok/s plain and at most
+    40 tok/s drafting, a 64-token answer saves at most 1.6 s, so 1.6 s of reading is the most
+    it pays (200 tokens at 8 ms), and nothing is worth reading for a draft that cannot win."""
+    cost = CostModel([1, 2], [0.05, 0.06])
+    budget = Budget(RasdConfig(), cost, Calibrator(), max_nodes=8, draft_limit=2.0)  # 40 tok/s at best
+    assert budget.draft_repays_reading(200, 0.008, 64)
+    assert not budget.draft_repays_reading(201, 0.008, 64)
+    assert not budget.draft_repays_reading(1000, 0.008, 64) and budget.draft_repays_reading(1000, 0.008, 320)
+    ruled_out = Budget(RasdConfig(), cost, Calibrator(), max_nodes=8, draft_limit=0.9)
+    assert not ruled_out.draft_repays_reading(1, 0.008, 64)
+    unbudgeted = Budget(RasdConfig(use_budget=False), cost, Calibrator(), max_nodes=8, draft_limit=0.9)
+    assert unbudgeted.draft_repays_reading(1000, 0.008, 64)
+    # a draft that ran and lost reads nothing until its probe is due; the probe, which doubts the
+    # realised rate, is weighed at the most the cost curves allow again
+    arm = budget.draft_arm
+    arm.record(True, 10.0)  # half plain's rate
+    assert not arm.use_draft() and not budget.draft_repays_reading(10, 0.008, 64)
+    while not arm.probe_due():
+        arm.record(False, 20.0)
+    assert budget.draft_repays_reading(200, 0.008, 64) and not budget.draft_repays_reading(201, 0.008, 64)
 
 
 def test_sibling_estimates_are_exclusive():

@@ -127,6 +127,28 @@ def test_a_draft_that_has_not_paid_sits_answers_out_until_its_probe(smollm2_engi
     assert smollm2_draft.tokens[: len(ids)] == ids
 
 
+def test_a_draft_that_cannot_repay_its_reading_leaves_the_prompt_unread(smollm2_engine, smollm2_draft):
+    """Before its first step the draft arm stands at the most the cost curves allow; the draft
+    reads a prompt only if its steps could win that reading back within an answer of typical
+    length. Priced at a second a token, it sits the answer out (the prompt never read, the first
+    words as soon as Plain's, the stats saying so); priced at a microsecond, the same question
+    runs it. Both answers equal plain's."""
+    engine = smollm2_engine
+    config = RasdConfig(calibrate=False, use_retrieval=False, draft_chain=True)
+    cfg = GenerationConfig(max_tokens=12, stop=engine.prompt.stop)
+    ids = _chat_ids(engine, PROMPTS[2][0])
+    rec = _plain(engine, ids, cfg)
+    for read_s, reads in ((1.0, False), (1e-6, True)):
+        dec = RasdDecoder(engine.backend, config, draft=smollm2_draft, cost=CHEAP)
+        dec.draft.read_s = read_s
+        smollm2_draft.reset()
+        assert run_generation(engine, ids, cfg, dec).tokens == rec["tokens"]
+        assert dec.stats.draft_idle is not reads and (dec.stats.draft_steps >= 1) is reads
+        assert (smollm2_draft.tokens[: len(ids)] == ids) is reads
+        if not reads:
+            assert smollm2_draft.tokens == [] and "draft model idle" in " ".join(dec.stats.stats_parts())
+
+
 def test_retrieval_learns_from_proposals_it_never_verifies(smollm2_engine):
     """Retrieval alone where no tree can pay (verify cost k x one token): nothing is verified, not
     even a probe, yet every lookup is scored against what the model then wrote. Copying a

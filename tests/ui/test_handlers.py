@@ -105,6 +105,9 @@ def test_unavailable_mode_is_explained_not_raised(make_services):
     note = SettingsController(s).mode_note("grounded")
     assert "Grounded (Speculative RAG) is unavailable" in note and "✅ **Plain**" in note
     assert "✅ **Speedup (RASD)**" in note
+    # the chosen mode says what it is for and what it costs: Grounded, that it is less accurate
+    assert "Only as good as its drafter's best draft" in note and "against Plain's 70" in note
+    assert "Plain's answer, faster" in SettingsController(s).mode_note("speedup")
 
 
 def test_no_model_loaded_is_a_message(make_services):
@@ -456,7 +459,7 @@ def test_stats_line_variants():
     assert line == "⚡ Speedup (RASD) · 10.0 tok/s · 3.00 accepted tokens/step · 2.00× vs plain (est. from measured step times) · 20 tokens · 2.0 s"
     assert stats_line("specrag", stats).startswith("⚡ Grounded (Speculative RAG) · ")  # an older chat's mode name
     decoder.draft_idle = True  # a draft model that sat the answer out says so
-    assert " · 2.00× vs plain (est. from measured step times) · draft model idle (it has not paid lately) · " \
+    assert " · 2.00× vs plain (est. from measured step times) · draft model idle (it would not repay its time here) · " \
         in stats_line("rasd", stats)
     assert accepted_per_step(stats) == [1, 2] and accepted_per_step(None) == []
 
