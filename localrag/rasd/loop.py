@@ -153,10 +153,7 @@ class RasdDecoder(Decoder):
             self._draft_on = (not budget.draft_probe_due() or lag <= read) and budget.draft_repays_reading(
                 lag, draft.read_s, tokens)
         if self._draft_on:
-            t1 = time.perf_counter()
-            lag = draft.lag(context)
             draft.sync(context)
-            draft.note_read(lag, time.perf_counter() - t1)
         self._prefill_s = time.perf_counter() - t0
 
     def set_limit(self, n_tokens: int) -> None:

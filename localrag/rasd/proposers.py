@@ -123,13 +123,12 @@ class DraftProposer:
         return DraftModel(draft, cfg, chain=chain, min_path_prob=min(min_p, 0.9))
 
     def sync(self, ctx: list[int]) -> None:
+        """Read what the draft lacks of `ctx`, keeping its cost per token as realised (a reading
+        of a few tokens is mostly a forward's fixed cost, and is not kept)."""
+        lag, t0 = self.lag(ctx), time.perf_counter()
         self.model.sync(ctx)
-
-    def note_read(self, lag: int, seconds: float) -> None:
-        """The draft read `lag` prompt tokens in `seconds`: its reading cost per token, as realised
-        (a reading of a few tokens is mostly a forward's fixed cost, and is not kept)."""
         if lag >= READ_MIN_TOKENS:
-            self.read_s = seconds / lag
+            self.read_s = (time.perf_counter() - t0) / lag
 
     def lag(self, ctx: list[int]) -> int:
         """Tokens a ``sync`` to `ctx` would prefill (the draft's cache keeps the common prefix)."""
