@@ -58,6 +58,10 @@ class ModelConfig:
     context was batched (prompt cache, tree verification), so greedy Plain repeats itself and
     Speedup writes Plain's answer token for token (``localrag.backends.llamacpp``). Needs flash
     attention; has no effect on GPU layers, whose kernels keep their own batch-dependent rounding.
+    repack: llama.cpp's repacked weights (interleaved blocks multiplied by AVX2/AVX-512 GEMMs: a
+    prompt is read much faster). Deterministic mode keeps them only on a build with our
+    batch-invariant patch (``scripts/patches/``); False never repacks (``bench kernels``' arm
+    without them).
     """
 
     model: str = DEFAULT_MODEL
@@ -68,6 +72,7 @@ class ModelConfig:
     n_seq_max: int = 64
     flash_attn: bool | None = None  # None = llama.cpp decides per device
     deterministic: bool = True
+    repack: bool = True
     # Which backend loads the model: "llamacpp" (GGUF files) or "hf" (transformers: an HF
     # folder, or a GGUF through gguf_file=, dequantized). HF folders always load in "hf".
     backend: str = "llamacpp"

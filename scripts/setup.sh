@@ -8,7 +8,8 @@
 #   scripts/setup.sh          runtime only
 #   scripts/setup.sh --dev    plus test tools (pytest plugins, ruff, playwright, Debian chromium)
 # CPU build: llama.cpp for this CPU's AVX-512 family (localrag/cpu_flags.py); LOCALRAG_PORTABLE_BUILD=1
-# for portable x86-64-v3. GPU builds: CMAKE_ARGS="-DGGML_CUDA=on" scripts/setup.sh (CUDA) is passed
+# for portable x86-64-v3. llama-cpp-python is built from its sdist with scripts/patches/ applied
+# (batch-invariant repacked GEMMs for the deterministic mode). GPU builds: CMAKE_ARGS="-DGGML_CUDA=on" scripts/setup.sh (CUDA) is passed
 # through to the llama-cpp-python build; Metal is the default on Apple Silicon. See README.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,8 +28,8 @@ if [[ -z "${CMAKE_ARGS:-}" ]]; then
 fi
 export CMAKE_ARGS
 flags_file=.venv/.localrag-cmake-args
-# the stamp covers the requirements and the build flags: other flags build llama-cpp-python again
-stamp_of() { echo ".venv/.localrag-$( { cat "$@"; echo "$CMAKE_ARGS"; } | sha256sum | cut -c1-16)"; }
+# the stamp covers the requirements, the patches and the build flags
+stamp_of() { echo ".venv/.localrag-$( { cat "$@" scripts/patches/*.patch; echo "$CMAKE_ARGS"; } | sha256sum | cut -c1-16)"; }
 stamp=$(stamp_of "${reqs[@]}")
 # A --dev install holds the runtime one too: it also writes the runtime stamp, so run.sh after
 # test.sh does not install again. Either stamp changes with requirements.txt.
@@ -36,23 +37,26 @@ runtime_stamp=$(stamp_of requirements.txt)
 if [[ ! -f "$stamp" ]]; then
   echo "[setup] installing ${reqs[*]} (first run builds llama-cpp-python from source; takes minutes)"
   .venv/bin/python -m pip install -q --upgrade pip wheel
-  # the flags the installed llama-cpp-python was built with (none installed: none; installed
-  # before this record existed: the old portable build)
-  built_with=""
-  if [[ -f "$flags_file" ]]; then
-    built_with=$(cat "$flags_file")
-  elif .venv/bin/python -c "import importlib.util as u, sys; sys.exit(u.find_spec('llama_cpp') is None)" 2>/dev/null; then
-    built_with=$("$PY" localrag/cpu_flags.py --portable)
+  # llama-cpp-python, built before the requirements (which it then satisfies) whenever the one
+  # installed was built with other flags, another patch or another version: from its sdist, with
+  # our patches applied to the llama.cpp it vendors
+  llama_req=$(grep -m1 '^llama-cpp-python==' requirements.txt)
+  build_id="$llama_req $CMAKE_ARGS $(cat scripts/patches/*.patch | sha256sum | cut -c1-16)"
+  build_file=.venv/.localrag-llama-build
+  if [[ "$(cat "$build_file" 2>/dev/null)" != "$build_id" ]] || \
+     ! .venv/bin/python -c "import llama_cpp" 2>/dev/null; then
+    echo "[setup] building $llama_req from source, patched (scripts/patches/), CPU flags: $CMAKE_ARGS"
+    src=$(mktemp -d)
+    .venv/bin/python -m pip download -q --no-deps --no-binary :all: "$llama_req" -d "$src"
+    tar xzf "$src"/llama_cpp_python-*.tar.gz -C "$src"
+    for p in scripts/patches/*.patch; do patch -s -p1 -d "$src"/llama_cpp_python-*/vendor/llama.cpp < "$p"; done
+    # --no-cache-dir: a wheel cached from another build must not be reused
+    .venv/bin/python -m pip install -q --no-cache-dir --force-reinstall --no-deps "$src"/llama_cpp_python-*/
+    rm -rf "$src"
+    echo "$build_id" > "$build_file"
   fi
   args=(); for r in "${reqs[@]}"; do args+=(-r "$r"); done
-  # --no-cache-dir: a llama-cpp-python wheel cached from another CMAKE_ARGS build must not be reused.
   .venv/bin/python -m pip install -q --no-cache-dir "${args[@]}"
-  # pip keeps an installed llama-cpp-python of the same version built with other flags: build it again
-  if [[ -n "$built_with" && "$built_with" != "$CMAKE_ARGS" ]]; then
-    echo "[setup] building llama-cpp-python again for these CPU flags: $CMAKE_ARGS"
-    .venv/bin/python -m pip install -q --no-cache-dir --force-reinstall --no-deps \
-      "$(grep -m1 '^llama-cpp-python==' requirements.txt)"
-  fi
   echo "$CMAKE_ARGS" > "$flags_file"
   touch "$stamp" "$runtime_stamp"
 fi

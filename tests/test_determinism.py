@@ -7,6 +7,10 @@ project's own documentation, cut into chunks (the test needs no download)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -132,23 +136,48 @@ def test_logits_do_not_depend_on_batching(smollm2, gemma_engine):
         be.commit_path(list(range(len(steps))))
 
 
+REPACK_LOG = """
+from localrag.backends.llamacpp import LlamaCppBackend
+from localrag.config import ModelConfig
+LlamaCppBackend(ModelConfig(model="gemma3-270m", n_ctx=512, repack={}), verbose=True).close()
+"""
+
+
+def test_the_deterministic_kernels_keep_repacked_weights_on_our_build(gemma_engine):
+    """setup.sh builds llama.cpp with our patch (scripts/patches/), so the deterministic backend
+    keeps its repacked weights (every row through the same 4-row GEMM; the batching tests above
+    run on them) and its build label, which keys the stored cost curves, says so. llama.cpp's own
+    log names the repacked buffer, and ``repack=False`` goes without one."""
+    be = gemma_engine.backend
+    assert be.deterministic and be.repacked and "repacked=True" in be.build_label
+    assert os.environ["GGML_CPU_REPACK_INVARIANT"] == "1"
+    for repack in (True, False):
+        out = subprocess.run([sys.executable, "-c", REPACK_LOG.format(repack)], capture_output=True, text=True,
+                             timeout=300)
+        assert out.returncode == 0, out.stderr[-2000:]
+        assert ("CPU_REPACK model buffer size" in out.stderr) == repack
+
+
 def _first_logits(be: LlamaCppBackend, prompt: list[int]) -> np.ndarray:
     """Logits after `prompt` from one fresh prefill; leaves `be` holding `prompt` (fresh)."""
     be.reset()
     return np.array(be.prefill(prompt))
 
 
-def test_thread_count_does_not_change_logits(smollm2):
-    one = LlamaCppBackend(ModelConfig(model="smollm2-135m-instruct", n_ctx=2048, n_threads=1))
-    try:
-        prompt = smollm2.tokenize("Lists are useful because they keep order. " * 40, add_special=True)
-        smollm2.reset()
-        a = np.array(smollm2.prefill(prompt))
-        b = np.array(one.prefill(prompt))
-        assert np.array_equal(a, b)
-        assert np.array_equal(np.array(smollm2.decode_one(int(a.argmax()))), np.array(one.decode_one(int(b.argmax()))))
-    finally:
-        one.close()
+def test_thread_count_does_not_change_logits(smollm2, gemma_engine):
+    """Gemma's Q4_K weights are repacked (the patched 4-row GEMM), whose columns are cut among
+    threads; SmolLM2's Q4_1 ones are not."""
+    for be in (smollm2, gemma_engine.backend):
+        one = LlamaCppBackend(ModelConfig(model=be.name, n_ctx=2048, n_threads=1))
+        try:
+            prompt = be.tokenize("Lists are useful because they keep order. " * 40, add_special=True)
+            be.reset()
+            a = np.array(be.prefill(prompt))
+            b = np.array(one.prefill(prompt))
+            assert np.array_equal(a, b)
+            assert np.array_equal(np.array(be.decode_one(int(a.argmax()))), np.array(one.decode_one(int(b.argmax()))))
+        finally:
+            one.close()
 
 
 def test_pinned_cells_and_compaction_keep_the_bits(smollm2, gemma_engine):

@@ -22,9 +22,11 @@ prefill chunks, tree verification). Two things make that so, both measured:
   threads for a single query (>= 512 cells) and tiles batches of >= 64 queries; weights
   repacked for AVX2 (Q4_K) use a 4-row GEMM beside the one-row GEMV; and K-quant weights take a
   tiled GEMM from 8 rows. With a bf16 V cache (K stays f16: the split and tiled attention paths
-  need both f16), no repacked weights and the tiled GEMM switched off (``GGML_CPU_TILED_MM=0``,
-  read once per process), every row is one sequential pass over its KV cells and one
-  ``vec_dot`` per weight row, whatever the batch.
+  need both f16), the tiled GEMM switched off (``GGML_CPU_TILED_MM=0``) and repacked weights
+  multiplied by the 4-row GEMM alone (``GGML_CPU_REPACK_INVARIANT=1``, our patch to llama.cpp:
+  ``scripts/patches/``; an unpatched build goes without repacked weights instead), every row is
+  one sequential pass over its KV cells and the same dot products, whatever the batch. Both
+  switches are read once per process.
 * KV cells in position order. Attention sums a row's visible cells in cell order, and llama.cpp
   puts new tokens in the lowest free cells. So the cache is kept packed: the committed context
   and nothing else fills cells 0..frontier-1, except rejected tree nodes that sit below the last
@@ -43,6 +45,7 @@ import contextlib
 import ctypes
 import os
 from collections.abc import Sequence
+from pathlib import Path
 
 import llama_cpp as lc
 import numpy as np
@@ -68,14 +71,36 @@ def default_threads() -> int:
 GGML_TYPE_BF16 = 30  # ggml.h's enum value; llama_cpp exports no constant for it
 
 
-def _batch_invariant_kernels(mparams, cparams) -> None:
+# Our patch's switch (``scripts/patches/``): ggml reads it once per process, at the first product
+# of repacked weights, so it is set before any: every context of a localrag process, deterministic
+# or not, multiplies repacked weights the same way. ``GGML_CPU_REPACK_INVARIANT=0`` turns it off
+# (the deterministic contexts then go without repacked weights).
+os.environ.setdefault("GGML_CPU_REPACK_INVARIANT", "1")
+
+
+def _repack_invariant() -> bool:
+    """Whether this llama.cpp multiplies repacked weights batch-invariantly: built with our patch
+    (found by its symbol in ggml's CPU library) and the switch on."""
+    try:
+        lib = ctypes.CDLL(str(Path(lc.__file__).parent / "lib" / "libggml-cpu.so"))
+        switch = lib.ggml_cpu_repack_batch_invariant
+    except (OSError, AttributeError):  # unpatched, or another layout (Windows, dynamic backends)
+        return False
+    return bool(switch())
+
+
+def _batch_invariant_kernels(mparams, cparams, repack: bool) -> bool:
     """Model and context params under which every row's logits are independent of the batch
-    (module docstring). The tiled GEMM switch is an environment variable ggml reads once, at the
-    first matrix product of the process; a process that ran one already keeps its choice."""
+    (module docstring). Whether repacked weights were kept. The tiled GEMM's switch is an
+    environment variable ggml reads once, at the first matrix product of the process; a process
+    that ran one already keeps its choice."""
     os.environ.setdefault("GGML_CPU_TILED_MM", "0")
-    mparams.use_extra_bufts = False  # no AVX2-repacked weights (their GEMM and GEMV round differently)
     cparams.type_v = GGML_TYPE_BF16  # K f16, V bf16: flash attention's per-row sequential path only
     cparams.flash_attn_type = lc.LLAMA_FLASH_ATTN_TYPE_ENABLED
+    # repacked weights only where every row goes through the same 4-row GEMM: upstream's GEMM and
+    # GEMV round differently
+    mparams.use_extra_bufts = repack and _repack_invariant()
+    return mparams.use_extra_bufts
 
 
 class LlamaCppBackend(Backend):
@@ -104,7 +129,9 @@ class LlamaCppBackend(Backend):
             raise ModelError("deterministic decoding needs flash attention: set flash_attn=None or deterministic=False")
         cparams = lc.llama_context_default_params()
         if self.deterministic:
-            _batch_invariant_kernels(mparams, cparams)
+            self.repacked = _batch_invariant_kernels(mparams, cparams, config.repack)
+        else:
+            self.repacked = mparams.use_extra_bufts = config.repack
         self._model = lc.llama_model_load_from_file(str(spec.path).encode(), mparams)
         if not self._model:
             raise ModelError(f"{spec.path}: llama.cpp could not load this model (unsupported architecture or corrupt tensors)")
@@ -184,7 +211,7 @@ class LlamaCppBackend(Backend):
     @property
     def build_label(self) -> str:
         info = lc.llama_print_system_info().decode("utf-8", errors="replace")
-        return f"llama.cpp {lc.__version__} {info.strip()}"
+        return f"llama.cpp {lc.__version__} {info.strip()} repacked={self.repacked}"
 
     def chat_template(self) -> str | None:
         tmpl = lc.llama_model_chat_template(self._model, None)

@@ -2,13 +2,19 @@
 
     python -m localrag bench kernels [--model NAME|PATH] [--rounds 5] [--prompt-tokens 1000] [--json]
 
-Two llama.cpp contexts of the same model in one process, one with ``deterministic=True``
-(bf16 V cache, flash attention, no repacked weights) and one with llama.cpp's defaults, each
-round prefilling the same prompt and decoding the same greedy tokens, interleaved, so machine
-noise hits both alike; the figures are medians of per-round ratios.
+Three llama.cpp contexts of the same model in one process: ``deterministic`` (the app's: bf16 V
+cache, flash attention, repacked weights through our batch-invariant GEMM), the same with
+``repack=False`` (``deterministic_unpacked``: the app's kernels before that patch) and llama.cpp's
+defaults; each round prefills the same prompt and decodes the same greedy tokens, interleaved, so
+machine noise hits all alike; the figures are medians of per-round ratios.
+
+``GGML_CPU_REPACK_INVARIANT`` (our patch's switch, on in every localrag process) is read once per
+process as well, so the default context's repacked weights take the same 4-row GEMM here:
+upstream's 1-row GEMV for one-token batches only with the variable set to 0, which also takes the
+deterministic arm's repacked weights away (it is then the unpacked one).
 
 ggml reads ``GGML_CPU_TILED_MM`` (the tiled K-quant GEMM, which deterministic mode switches off)
-once per process, so it is the same for both contexts here: run the command twice, once as is
+once per process, so it is the same for all three contexts here: run the command twice, once as is
 (tiled GEMM off, as the app runs) and once with ``GGML_CPU_TILED_MM=1`` in the environment, to
 see that switch's share (it matters only for K-quant weights, e.g. Gemma's Q4_K_M, in batches of
 8 or more rows: prefill and tree verification).
@@ -54,27 +60,41 @@ def _round(be: LlamaCppBackend, prompt: list[int], n_new: int) -> tuple[float, f
     return prefill, n_new / (time.perf_counter() - t0), out
 
 
+ARMS = ("deterministic", "deterministic_unpacked", "default")
+
+
 def cmd_kernels(args) -> int:
-    base = ModelConfig(model=args.model, n_threads=args.threads, n_ctx=4096)
-    arms = {"deterministic": LlamaCppBackend(base), "default": LlamaCppBackend(
-        ModelConfig(model=args.model, n_threads=args.threads, n_ctx=4096, deterministic=False))}
+    def config(**kw) -> ModelConfig:
+        return ModelConfig(model=args.model, n_threads=args.threads, n_ctx=4096, **kw)
+
+    # the app's kernels; the same without repacked weights (as before our llama.cpp patch); llama.cpp's defaults
+    arms = {"deterministic": LlamaCppBackend(config()),
+            "deterministic_unpacked": LlamaCppBackend(config(repack=False)),
+            "default": LlamaCppBackend(config(deterministic=False))}
     prompt = arms["default"].tokenize(TEXT * (args.prompt_tokens // 30 + 1), add_special=True)[: args.prompt_tokens]
     runs: dict[str, list[tuple[float, float, list[int]]]] = {name: [] for name in arms}
     for r in range(args.rounds):
         for name in alternate(arms, r):
             runs[name].append(_round(arms[name], prompt, args.new_tokens))
-    det, dflt = runs["deterministic"], runs["default"]
+    det = runs["deterministic"]
+
+    def over(other: str) -> dict:
+        """The deterministic arm's tokens/s over another arm's (medians of per-round ratios), and
+        the rounds whose greedy tokens were the same."""
+        return {"prefill_ratio": median_ratio([x[0] for x in det], [x[0] for x in runs[other]]),
+                "decode_ratio": median_ratio([x[1] for x in det], [x[1] for x in runs[other]]),
+                "same_tokens_rounds": sum(a[2] == b[2] for a, b in zip(det, runs[other], strict=True))}
+
     result = {
         "model": arms["default"].name,
         "GGML_CPU_TILED_MM": os.environ.get("GGML_CPU_TILED_MM", "(unset: tiled GEMM on)"),
+        "GGML_CPU_REPACK_INVARIANT": os.environ.get("GGML_CPU_REPACK_INVARIANT", "(unset: upstream repack)"),
+        "repacked": {name: be.repacked for name, be in arms.items()},
         "rounds": args.rounds, "prompt_tokens": len(prompt), "new_tokens": args.new_tokens,
-        "prefill_tps": {"deterministic": statistics.median(x[0] for x in det),
-                        "default": statistics.median(x[0] for x in dflt)},
-        "decode_tps": {"deterministic": statistics.median(x[1] for x in det),
-                       "default": statistics.median(x[1] for x in dflt)},
-        "prefill_ratio": median_ratio([x[0] for x in det], [x[0] for x in dflt]),
-        "decode_ratio": median_ratio([x[1] for x in det], [x[1] for x in dflt]),
-        "same_tokens_rounds": sum(a[2] == b[2] for a, b in zip(det, dflt, strict=True)),
+        "prefill_tps": {name: statistics.median(x[0] for x in runs[name]) for name in ARMS},
+        "decode_tps": {name: statistics.median(x[1] for x in runs[name]) for name in ARMS},
+        **over("default"),
+        "over_unpacked": over("deterministic_unpacked"),
     }
     for be in arms.values():
         be.close()
@@ -83,9 +103,13 @@ def cmd_kernels(args) -> int:
 
 def print_kernels(result: dict) -> None:
     print(f"{result['model']}: {result['prompt_tokens']}-token prompt, {result['new_tokens']} new tokens, "
-          f"{result['rounds']} rounds, GGML_CPU_TILED_MM={result['GGML_CPU_TILED_MM']}")
+          f"{result['rounds']} rounds, GGML_CPU_TILED_MM={result['GGML_CPU_TILED_MM']}, "
+          f"GGML_CPU_REPACK_INVARIANT={result['GGML_CPU_REPACK_INVARIANT']}")
+    unpacked = result["over_unpacked"]
     for what in ("prefill", "decode"):
         tps = result[f"{what}_tps"]
-        print(f"  {what:8} deterministic {tps['deterministic']:8.1f} tok/s   default {tps['default']:8.1f} tok/s   "
-              f"ratio {result[f'{what}_ratio']:.3f}")
-    print(f"  greedy tokens identical in {result['same_tokens_rounds']}/{result['rounds']} rounds")
+        print(f"  {what:8} " + "   ".join(f"{name} {tps[name]:7.1f}" for name in ARMS) + " tok/s")
+        print(f"  {'':8} deterministic over default {result[f'{what}_ratio']:.3f}, "
+              f"over unpacked {unpacked[f'{what}_ratio']:.3f}")
+    print(f"  greedy tokens identical to default in {result['same_tokens_rounds']}/{result['rounds']} rounds, "
+          f"to unpacked in {unpacked['same_tokens_rounds']}/{result['rounds']}")
