@@ -9,8 +9,9 @@
 #   scripts/setup.sh --dev    plus test tools (pytest plugins, ruff, playwright, Debian chromium)
 # CPU build: llama.cpp for this CPU's AVX-512 family (localrag/cpu_flags.py); LOCALRAG_PORTABLE_BUILD=1
 # for portable x86-64-v3. llama-cpp-python is built from its sdist with scripts/patches/ applied
-# (batch-invariant repacked GEMMs for the deterministic mode). GPU builds: CMAKE_ARGS="-DGGML_CUDA=on" scripts/setup.sh (CUDA) is passed
-# through to the llama-cpp-python build; Metal is the default on Apple Silicon. See README.
+# (batch-invariant repacked GEMMs for the deterministic mode). GPU builds: CMAKE_ARGS="-DGGML_CUDA=on"
+# scripts/setup.sh (CUDA) is passed through to the llama-cpp-python build; Metal is the default on
+# Apple Silicon. See README.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -47,6 +48,7 @@ if [[ ! -f "$stamp" ]]; then
      ! .venv/bin/python -c "import llama_cpp" 2>/dev/null; then
     echo "[setup] building $llama_req from source, patched (scripts/patches/), CPU flags: $CMAKE_ARGS"
     src=$(mktemp -d)
+    trap 'rm -rf "$src"' EXIT  # also when the download, the patch or the build fails
     .venv/bin/python -m pip download -q --no-deps --no-binary :all: "$llama_req" -d "$src"
     tar xzf "$src"/llama_cpp_python-*.tar.gz -C "$src"
     for p in scripts/patches/*.patch; do patch -s -p1 -d "$src"/llama_cpp_python-*/vendor/llama.cpp < "$p"; done

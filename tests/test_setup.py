@@ -1,4 +1,4 @@
-"""scripts/setup.sh's install stamps and build flags, run against a fake virtualenv (no pip, no apt,
+"""scripts/setup.sh's install stamps, build flags and patched build, run against a fake virtualenv (no pip, no apt,
 no network)."""
 
 from __future__ import annotations
@@ -8,14 +8,26 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from localrag.cpu_flags import detected_flags
-
 ROOT = Path(__file__).resolve().parents[1]
 
-# logs its arguments; llama_cpp counts as installed only when FAKE_LLAMA_INSTALLED is set
+# logs its arguments; `pip download DIR` leaves an sdist-shaped tarball in DIR; llama_cpp counts as
+# importable unless FAKE_LLAMA_MISSING is set
 FAKE_PYTHON = """#!/bin/sh
 echo "$*" >> "$CALLS"
-case "$*" in *find_spec*) [ -n "$FAKE_LLAMA_INSTALLED" ] ;; esac
+case "$*" in
+  *"import llama_cpp"*) [ -z "$FAKE_LLAMA_MISSING" ] ;;
+  *"pip download"*)
+    dir=$(echo "$*" | sed 's/.* -d //; s/ .*//')
+    mkdir -p "$dir/llama_cpp_python-0.3.36/vendor/llama.cpp"
+    tar czf "$dir/llama_cpp_python-0.3.36.tar.gz" -C "$dir" llama_cpp_python-0.3.36
+    rm -rf "$dir/llama_cpp_python-0.3.36" ;;
+esac
+"""
+# stands in for scripts/patches/: a patch that applies to the fake sdist's vendored llama.cpp
+FAKE_PATCH = """--- /dev/null
++++ b/PATCHED
+@@ -0,0 +1 @@
++patched
 """
 
 
@@ -28,6 +40,8 @@ def _checkout(tmp_path: Path) -> Path:
     shutil.copy(ROOT / "localrag" / "cpu_flags.py", repo / "localrag" / "cpu_flags.py")
     for name in ("requirements.txt", "requirements-dev.txt"):
         shutil.copy(ROOT / name, repo / name)
+    (repo / "scripts" / "patches").mkdir()
+    (repo / "scripts" / "patches" / "fake.patch").write_text(FAKE_PATCH)
     _script(repo / ".venv" / "bin" / "python", FAKE_PYTHON)
     # Shims: Tesseract and the chromium font "installed", not root (so no apt-get), apt-get refused.
     bin_dir = tmp_path / "bin"
@@ -79,28 +93,44 @@ def test_runtime_install_does_not_satisfy_the_dev_setup(tmp_path):
     assert _setup(repo) == 0  # only the dev file changed
 
 
-def _rebuilt(repo: Path) -> bool:
-    """Whether the last setup.sh run built llama-cpp-python again on its own."""
-    return any("--force-reinstall" in line and "llama-cpp-python==" in line
-               for line in (repo / "calls.log").read_text().splitlines())
+def _built(repo: Path) -> bool:
+    """Whether the last setup.sh run built llama-cpp-python (from its patched sdist)."""
+    calls = (repo / "calls.log").read_text().splitlines()
+    return any(line.startswith("-m pip download") and "llama-cpp-python==" in line for line in calls) and \
+        any("--force-reinstall" in line and "llama_cpp_python-" in line for line in calls)
 
 
 def test_other_build_flags_build_llama_cpp_python_again(tmp_path):
     repo = _checkout(tmp_path)
-    assert _setup(repo) == 1 and not _rebuilt(repo)  # a first install builds with the flags already
+    assert _setup(repo) == 1 and _built(repo)  # a first install builds it, patched, with this CPU's flags
     flags = (repo / ".venv" / ".localrag-cmake-args").read_text().split()
     assert "-DGGML_NATIVE=OFF" in flags or not flags  # the record llama_programs builds with
-    assert _setup(repo) == 0
-    assert _setup(repo, CMAKE_ARGS="-DGGML_CUDA=on") == 1 and _rebuilt(repo)  # a GPU build
+    assert _setup(repo) == 0 and not _built(repo)
+    assert _setup(repo, CMAKE_ARGS="-DGGML_CUDA=on") == 1 and _built(repo)  # a GPU build
     assert (repo / ".venv" / ".localrag-cmake-args").read_text().split() == ["-DGGML_CUDA=on"]
-    assert _setup(repo, CMAKE_ARGS="-DGGML_CUDA=on") == 0
+    assert _setup(repo, CMAKE_ARGS="-DGGML_CUDA=on") == 0 and not _built(repo)
 
 
-def test_a_venv_from_before_the_flags_record_is_rebuilt_for_this_cpu(tmp_path):
-    """An install without a record was the portable x86-64-v3 build: it is built again where this
-    CPU has more."""
+def test_a_changed_patch_builds_again_and_other_requirements_do_not(tmp_path):
     repo = _checkout(tmp_path)
-    assert _setup(repo, LOCALRAG_PORTABLE_BUILD="1") == 1 and not _rebuilt(repo)
-    (repo / ".venv" / ".localrag-cmake-args").unlink()
-    assert _setup(repo, FAKE_LLAMA_INSTALLED="1") == 1
-    assert _rebuilt(repo) == (detected_flags() != detected_flags(portable=True))
+    assert _setup(repo) == 1 and _built(repo)
+    with (repo / "requirements.txt").open("a") as f:
+        f.write("# changed\n")
+    assert _setup(repo) == 1 and not _built(repo)  # the same llama-cpp-python build: kept
+    with (repo / "scripts" / "patches" / "fake.patch").open("a") as f:
+        f.write("+more\n")
+    assert _setup(repo) == 1 and _built(repo)  # another patch: built again
+    assert _setup(repo) == 0 and not _built(repo)
+
+
+def test_a_venv_without_the_build_record_or_without_llama_cpp_is_built_again(tmp_path):
+    """A virtualenv set up before the patch has no build record: its llama-cpp-python is unpatched."""
+    repo = _checkout(tmp_path)
+    assert _setup(repo) == 1 and _built(repo)
+    (repo / ".venv" / ".localrag-llama-build").unlink()
+    with (repo / "requirements.txt").open("a") as f:
+        f.write("# changed\n")
+    assert _setup(repo) == 1 and _built(repo)
+    with (repo / "requirements.txt").open("a") as f:
+        f.write("# changed again\n")
+    assert _setup(repo, FAKE_LLAMA_MISSING="1") == 1 and _built(repo)
