@@ -60,9 +60,6 @@ def _round(be: LlamaCppBackend, prompt: list[int], n_new: int) -> tuple[float, f
     return prefill, n_new / (time.perf_counter() - t0), out
 
 
-ARMS = ("deterministic", "deterministic_unpacked", "default")
-
-
 def cmd_kernels(args) -> int:
     def config(**kw) -> ModelConfig:
         return ModelConfig(model=args.model, n_threads=args.threads, n_ctx=4096, **kw)
@@ -91,8 +88,8 @@ def cmd_kernels(args) -> int:
         "GGML_CPU_REPACK_INVARIANT": os.environ.get("GGML_CPU_REPACK_INVARIANT", "(unset: upstream repack)"),
         "repacked": {name: be.repacked for name, be in arms.items()},
         "rounds": args.rounds, "prompt_tokens": len(prompt), "new_tokens": args.new_tokens,
-        "prefill_tps": {name: statistics.median(x[0] for x in runs[name]) for name in ARMS},
-        "decode_tps": {name: statistics.median(x[1] for x in runs[name]) for name in ARMS},
+        "prefill_tps": {name: statistics.median(x[0] for x in runs[name]) for name in runs},
+        "decode_tps": {name: statistics.median(x[1] for x in runs[name]) for name in runs},
         **over("default"),
         "over_unpacked": over("deterministic_unpacked"),
     }
@@ -108,7 +105,7 @@ def print_kernels(result: dict) -> None:
     unpacked = result["over_unpacked"]
     for what in ("prefill", "decode"):
         tps = result[f"{what}_tps"]
-        print(f"  {what:8} " + "   ".join(f"{name} {tps[name]:7.1f}" for name in ARMS) + " tok/s")
+        print(f"  {what:8} " + "   ".join(f"{name} {v:7.1f}" for name, v in tps.items()) + " tok/s")
         print(f"  {'':8} deterministic over default {result[f'{what}_ratio']:.3f}, "
               f"over unpacked {unpacked[f'{what}_ratio']:.3f}")
     print(f"  greedy tokens identical to default in {result['same_tokens_rounds']}/{result['rounds']} rounds, "
