@@ -58,6 +58,11 @@ def _script(path: Path, text: str) -> None:
     path.chmod(0o755)
 
 
+def _append(path: Path, text: str) -> None:
+    with path.open("a") as f:
+        f.write(text)
+
+
 def _setup(repo: Path, *args: str, **env_vars: str) -> int:
     """Run setup.sh once; how many `pip install -r` it ran."""
     calls = repo / "calls.log"
@@ -76,8 +81,7 @@ def test_dev_install_also_satisfies_the_runtime_setup(tmp_path):
     assert _setup(repo, "--dev") == 1  # scripts/test.sh: installs both files
     assert _setup(repo) == 0  # scripts/run.sh afterwards: nothing to install
     assert _setup(repo, "--dev") == 0
-    with (repo / "requirements.txt").open("a") as f:
-        f.write("# changed\n")
+    _append(repo / "requirements.txt", "# changed\n")
     assert _setup(repo) == 1  # a changed requirements.txt installs again, for either script
     assert _setup(repo, "--dev") == 1
     assert _setup(repo) == 0
@@ -87,8 +91,7 @@ def test_runtime_install_does_not_satisfy_the_dev_setup(tmp_path):
     repo = _checkout(tmp_path)
     assert _setup(repo) == 1
     assert _setup(repo, "--dev") == 1  # the test tools are still missing
-    with (repo / "requirements-dev.txt").open("a") as f:
-        f.write("# changed\n")
+    _append(repo / "requirements-dev.txt", "# changed\n")
     assert _setup(repo, "--dev") == 1
     assert _setup(repo) == 0  # only the dev file changed
 
@@ -114,11 +117,9 @@ def test_other_build_flags_build_llama_cpp_python_again(tmp_path):
 def test_a_changed_patch_builds_again_and_other_requirements_do_not(tmp_path):
     repo = _checkout(tmp_path)
     assert _setup(repo) == 1 and _built(repo)
-    with (repo / "requirements.txt").open("a") as f:
-        f.write("# changed\n")
+    _append(repo / "requirements.txt", "# changed\n")
     assert _setup(repo) == 1 and not _built(repo)  # the same llama-cpp-python build: kept
-    with (repo / "scripts" / "patches" / "fake.patch").open("a") as f:
-        f.write("+more\n")
+    _append(repo / "scripts" / "patches" / "fake.patch", "+more\n")
     assert _setup(repo) == 1 and _built(repo)  # another patch: built again
     assert _setup(repo) == 0 and not _built(repo)
 
@@ -128,9 +129,7 @@ def test_a_venv_without_the_build_record_or_without_llama_cpp_is_built_again(tmp
     repo = _checkout(tmp_path)
     assert _setup(repo) == 1 and _built(repo)
     (repo / ".venv" / ".localrag-llama-build").unlink()
-    with (repo / "requirements.txt").open("a") as f:
-        f.write("# changed\n")
+    _append(repo / "requirements.txt", "# changed\n")
     assert _setup(repo) == 1 and _built(repo)
-    with (repo / "requirements.txt").open("a") as f:
-        f.write("# changed again\n")
+    _append(repo / "requirements.txt", "# changed again\n")
     assert _setup(repo, FAKE_LLAMA_MISSING="1") == 1 and _built(repo)
