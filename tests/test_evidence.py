@@ -10,18 +10,20 @@ from dataclasses import dataclass
 
 import pytest
 
-from localrag.answer import AnswerConfig, Answerer
+from localrag.answer import DECLINED, AnswerConfig, Answerer, checked_result, refusal_message
 from localrag.evidence import (
     AnswerEvidence,
     CopiedSpan,
     EvidenceAligner,
     EvidenceConfig,
+    declines,
     mark_citations,
     split_sentences,
     word_tokens,
 )
 from localrag.evidence.records import SMALL_MODELS_FIT
-from localrag.results import AnswerResult, AnswerStats
+from localrag.rag.records import Hit
+from localrag.results import ON_UNSUPPORTED, AnswerResult, AnswerStats
 
 
 @dataclass(frozen=True)
@@ -86,6 +88,22 @@ def test_a_changed_number_makes_the_sentence_unsupported(aligner):
     right = aligner.align("Its main mirror is 4.2 metres wide.", CHUNKS)
     assert right.sentences[0].supported and right.sentences[0].score > s.score and right.score > ev.score
     assert right.cited == ("zephyr",)
+
+
+def test_a_number_in_words_and_in_digits_is_the_same_number(aligner):
+    """Asked "How many lanterns were in working order?" of a PDF that says "thirty-two", the default
+    model answered "32": a right answer, which was shown as unsupported while "thirty-two" read as
+    30 and 2. A compound number word is one number; a different one is still missing."""
+    inventory = Chunk("inventory", "The lantern inventory lists forty lanterns, of which thirty-two were in "
+                                   "working order at the end of the season.", file="report.pdf", page=3)
+    question = "How many lanterns were in working order at the end of the season?"
+    assert [t.norm for t in word_tokens("Thirty-two, forty-one, twenty and forty one")] == [
+        "32", "41", "20", "and", "40", "1"]
+    for answer in ("32", "32 lanterns were in working order.", "Thirty-two lanterns were in working order."):
+        ev = aligner.align(answer, [inventory, GARDEN], question=question)
+        assert ev.sentences[0].supported and ev.cited == ("inventory",), (answer, ev.sentences[0].reason)
+    wrong = aligner.align("33 lanterns were in working order.", [inventory, GARDEN], question=question)
+    assert wrong.sentences[0].signals.missing == ("33",) and not wrong.supported
 
 
 def test_a_changed_name_or_date_makes_the_sentence_unsupported(aligner):
@@ -313,3 +331,27 @@ def test_each_answer_model_is_checked_with_the_constants_fitted_for_it():
     assert small.refusal_threshold < default.refusal_threshold  # SmolLM2's supported answers score far lower
     given = EvidenceConfig(refusal_threshold=0.5)
     assert config("smollm2-135m-instruct", evidence=given) is given
+
+
+def test_an_answer_that_only_declines_is_a_refusal_in_its_own_words(aligner):
+    """The instructions ask the model to reply "not in the documents" when the sources hold no answer.
+    Such an answer is a refusal (nothing to underline or warn about, every chunk listed as searched),
+    whatever the policy; an answer that says one detail is not mentioned still answers, and is checked."""
+    for said in ("not in the documents.", "Not in the documents", "The documents do not say.",
+                 "The sources do not provide this information."):
+        assert declines(said), said
+    for said in ("", "Marta Ilves polished the mirror.",
+                 "Marta Ilves polished the mirror in 1998; the telescope's builder is not mentioned in the notes."):
+        assert not declines(said), said
+    hits = [Hit(c.chunk_id, c.text, c.file, c.page, c.line_start, c.line_end, (), 0.5, 1.0, 0.03) for c in CHUNKS]
+    for policy in ON_UNSUPPORTED:
+        ev = aligner.align("not in the documents.", hits, question=QUESTION)
+        result = checked_result("not in the documents.", "plain", ev, hits, AnswerStats(mode="plain"),
+                                f'searched "{QUESTION}"', policy)
+        assert result.refused and not result.supported and result.text == "" and result.citations == []
+        assert result.refusal == refusal_message(DECLINED, f'searched "{QUESTION}"')
+        assert [c.chunk_id for c in result.also_searched] == ["zephyr", "garden", "contract"]
+    answer = "The mirror was polished by Marta Ilves."
+    result = checked_result(answer, "plain", aligner.align(answer, hits, question=QUESTION), hits,
+                            AnswerStats(mode="plain"), "searched", "warn")
+    assert result.text == answer and result.supported and not result.refused

@@ -58,8 +58,8 @@ from localrag.bench.common import (
 from localrag.bench.data import QA_SUITES, SPLITS, GroundingRecord, doc_number, load_records, qa_collection
 from localrag.config import GenerationConfig, ModelConfig
 from localrag.engine import Engine
-from localrag.evidence import AnswerEvidence, EvidenceAligner, EvidenceConfig
-from localrag.grounded.scoring import is_refusal, short_answer
+from localrag.evidence import AnswerEvidence, EvidenceAligner, EvidenceConfig, is_refusal
+from localrag.grounded.scoring import short_answer
 from localrag.modes import MODES, AnswerRequest, get_mode
 
 MAX_REFUSALS_OF_ANSWERABLE = 0.15  # the refusal threshold is the highest that stays within this

@@ -1,6 +1,6 @@
 """``bench prompts``: which standard-RAG prompt makes the answers come from the evidence.
 
-    python -m localrag bench prompts --suite squad --n 200 --seed 1 [--variants app,short,...] [--json]
+    python -m localrag bench prompts --suite squad --n 200 --seed 1 [--variants brief,short,...] [--json]
     python -m localrag bench prompts --suite hotpotqa --n 200 --seed 1
 
 Every variant answers the same questions in Plain mode (greedy, the default model), interleaved per
@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from localrag.answer import Answerer, rag_messages
+from localrag.answer import RAG_INSTRUCTIONS, Answerer, rag_messages
 from localrag.bench.common import (
     QA_INSTRUCTIONS,
     AnswerCache,
@@ -42,8 +42,8 @@ from localrag.bench.common import (
 from localrag.bench.data import QA_SUITES, GroundingRecord, load_records, qa_collection
 from localrag.config import GenerationConfig, ModelConfig
 from localrag.engine import Engine
-from localrag.evidence import EvidenceAligner
-from localrag.grounded.scoring import is_refusal, short_answer
+from localrag.evidence import EvidenceAligner, is_refusal
+from localrag.grounded.scoring import short_answer
 
 
 @dataclass(frozen=True)
@@ -64,9 +64,12 @@ class PromptVariant:
 
 # Ordered so that consecutive variants share a prompt prefix where they can (the KV cache keeps it)
 VARIANTS = {v.name: v for v in (
-    # the app's prompt before this study
-    PromptVariant("app", "Answer the question using only the numbered sources below. Be brief and specific. "
-                         "If the sources do not contain the answer, say that the documents do not say."),
+    # the app's prompt until this study ("app" in its first runs), which the model almost never declines
+    PromptVariant("do-not-say", "Answer the question using only the numbered sources below. Be brief and "
+                                "specific. If the sources do not contain the answer, say that the documents do "
+                                "not say."),
+    # the app's prompt since: the same brief sentences with the refusal phrase the model takes up
+    PromptVariant("brief", RAG_INSTRUCTIONS),
     PromptVariant("short", QA_INSTRUCTIONS),
     PromptVariant("reminder", QA_INSTRUCTIONS,
                   reminder="Reply with just the answer: a short phrase copied from the sources."),

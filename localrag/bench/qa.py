@@ -51,10 +51,10 @@ from localrag.bench.common import QA_INSTRUCTIONS, fmt, output, score_answer, ta
 from localrag.bench.data import QA_SUITES, QARecord, qa_collection, qa_records, sample
 from localrag.config import GenerationConfig, GroundedConfig, ModelConfig
 from localrag.engine import Engine
-from localrag.evidence import EvidenceAligner
+from localrag.evidence import EvidenceAligner, is_refusal
 from localrag.grounded import GroundedPipeline
 from localrag.grounded.pipeline import check_draft
-from localrag.grounded.scoring import is_refusal, short_answer, usable
+from localrag.grounded.scoring import short_answer, usable
 from localrag.modes import MODES, AnswerRequest, GroundedOptions
 from localrag.results import AnswerResult
 

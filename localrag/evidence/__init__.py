@@ -49,7 +49,16 @@ are checked against the alignment and the check is counted in the stats.
 from localrag.evidence.align import EvidenceAligner, VerifierJudge
 from localrag.evidence.citations import mark_citations, split_citations, unsupported_reason
 from localrag.evidence.records import Embedder, EvidenceChunk, EvidenceConfig, Judge, MarkedAnswer
-from localrag.evidence.text import Token, Tokenizer, entity_words, split_sentences, stem, word_tokens
+from localrag.evidence.text import (
+    Token,
+    Tokenizer,
+    declines,
+    entity_words,
+    is_refusal,
+    split_sentences,
+    stem,
+    word_tokens,
+)
 from localrag.results import (
            AlignmentStats,
            AnswerEvidence,
@@ -61,5 +70,5 @@ from localrag.results import (
 
 __all__ = ["AlignmentStats", "AnswerEvidence", "CopiedSpan", "Embedder", "EvidenceAligner", "EvidenceChunk",
            "EvidenceConfig", "EvidenceSpan", "Judge", "MarkedAnswer", "SentenceEvidence", "Signals", "Token",
-           "Tokenizer", "VerifierJudge", "entity_words", "mark_citations", "split_citations", "split_sentences",
-           "stem", "unsupported_reason", "word_tokens"]
+           "Tokenizer", "VerifierJudge", "declines", "entity_words", "is_refusal", "mark_citations",
+           "split_citations", "split_sentences", "stem", "unsupported_reason", "word_tokens"]

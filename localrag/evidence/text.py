@@ -22,20 +22,23 @@ class Token:
 Tokenizer = Callable[[str], list[Token]]
 
 
-Tokenizer = Callable[[str], list[Token]]
-
-
 # ------------------------------------------------------------------ text
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
-_TOKEN = re.compile(rf"\d+(?:[.,:/]\d+)*(?:st|nd|rd|th|s)?|[{_CJK}]|(?:(?![{_CJK}])[^\W\d_])+")
 _SENTENCE_BREAK = re.compile(r"(?<=[.!?])\s+|(?<=[。！？])\s*|\s*\n\s*")
 _ABBREVIATION = re.compile(r"(?:\b\w|e\.g|i\.e|etc|mr|mrs|ms|dr|st|vs|no|fig|vol)\.$", re.IGNORECASE)
 _THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}\b)")
 _SMALL_NUMBERS = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
                   "fifteen sixteen seventeen eighteen nineteen twenty")
 NUMBER_WORDS = {w: str(i) for i, w in enumerate(_SMALL_NUMBERS.split())}
-NUMBER_WORDS.update(thirty="30", forty="40", fifty="50", sixty="60", seventy="70", eighty="80", ninety="90",
-                    hundred="100", thousand="1000", million="1000000", billion="1000000000")
+_TENS = ["twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"]
+_UNITS = _SMALL_NUMBERS.split()[1:10]  # one ... nine
+NUMBER_WORDS.update({tens: str(10 * i) for i, tens in enumerate(_TENS, start=2)})
+NUMBER_WORDS.update(hundred="100", thousand="1000", million="1000000", billion="1000000000")
+# "thirty-two" is one number, 32, however an answer or a source writes it ("32")
+NUMBER_WORDS.update({f"{tens}-{unit}": str(10 * i + j) for i, tens in enumerate(_TENS, start=2)
+                     for j, unit in enumerate(_UNITS, start=1)})
+_COMPOUND_NUMBER = rf"(?i:(?:{'|'.join(_TENS)})-(?:{'|'.join(_UNITS)}))\b"
+_TOKEN = re.compile(rf"{_COMPOUND_NUMBER}|\d+(?:[.,:/]\d+)*(?:st|nd|rd|th|s)?|[{_CJK}]|(?:(?![{_CJK}])[^\W\d_])+")
 _STOPWORD_TEXT = """a about above after again against all also am an and any are as at be because been before
 being below between both but by can could did do does doing down during each few for from further had has have
 having he her here hers herself him himself his how i if in into is it its itself just me more most my myself
@@ -111,3 +114,25 @@ def code_words(text: str, tokens: Sequence[Token], offset: int = 0) -> list[Toke
     ``update-passwd`` tool keeps them in sync)."""
     spans = [(m.start() + offset, m.end() + offset) for m in _CODE.finditer(text)]
     return [t for t in tokens if any(a <= t.start and t.end <= b for a, b in spans)]
+
+
+# ------------------------------------------------------------------ refusals
+# phrases by which an answer says that its sources hold no answer (the prompts ask for "not in the documents")
+REFUSALS = ("not in the documents", "does not say", "do not say", "no information", "not mentioned",
+            "cannot be determined", "unknown", "not specified", "not provided", "not stated",
+            "does not provide", "do not provide", "doesn't provide", "does not mention", "does not contain")
+DECLINE_WORDS = 12  # a written answer this short that holds a refusal phrase says nothing else
+
+
+def is_refusal(answer: str) -> bool:
+    """An answer *phrase* (a Grounded draft's, a benchmark's short answer) that declines: empty, or
+    holding a refusal phrase."""
+    a = answer.strip().lower()
+    return not a or any(r in a for r in REFUSALS)
+
+
+def declines(answer: str) -> bool:
+    """A written answer that only says its sources hold none ("not in the documents.", "The documents
+    do not say."): a few words with a refusal phrase. A longer answer that says "not mentioned" of
+    one detail still answers, and is checked sentence by sentence as usual."""
+    return 0 < len(answer.split()) <= DECLINE_WORDS and is_refusal(answer)

@@ -16,11 +16,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import ClassVar
 
+from localrag.evidence import is_refusal
 from localrag.results import AnswerEvidence, AnswerStats, Citation, ModeExtras, known_fields, register
-
-REFUSALS = ("not in the documents", "does not say", "do not say", "no information", "not mentioned",
-            "cannot be determined", "unknown", "not specified", "not provided", "not stated",
-            "does not provide", "do not provide", "doesn't provide", "does not mention", "does not contain")
 
 
 @dataclass
@@ -63,11 +60,6 @@ class GroundedDraft:
         d["citations"] = [Citation.from_dict(c) for c in d.get("citations") or []]
         d["subset"] = tuple(d.get("subset") or ())
         return cls(**d)
-
-
-def is_refusal(answer: str) -> bool:
-    a = answer.strip().lower()
-    return not a or any(r in a for r in REFUSALS)
 
 
 def may_answer(draft: GroundedDraft) -> bool:

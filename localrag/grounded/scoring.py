@@ -24,7 +24,6 @@ from localrag.config import GroundedConfig
 from localrag.generation import token_logprob
 from localrag.grounded.drafting import decode_rows
 from localrag.grounded.extras import GroundedDraft, may_answer
-from localrag.grounded.extras import is_refusal as is_refusal  # re-exported: benchmarks use it
 
 
 def verifier_text(question: str, answer: str, rationale: str, cfg: GroundedConfig) -> str:

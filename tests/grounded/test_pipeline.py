@@ -12,10 +12,10 @@ import pytest
 
 from localrag.answer import apply_policy
 from localrag.config import GenerationConfig, GroundedConfig
-from localrag.evidence import EvidenceAligner
+from localrag.evidence import EvidenceAligner, is_refusal
 from localrag.grounded.drafting import SpanCopy, chunk_tokens, draft_prompt, write_drafts
 from localrag.grounded.pipeline import GroundedPipeline, retrieve
-from localrag.grounded.scoring import is_refusal, score_drafts, verifier_tokens
+from localrag.grounded.scoring import score_drafts, verifier_tokens
 
 pytestmark = pytest.mark.slow
 

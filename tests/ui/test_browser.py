@@ -250,7 +250,7 @@ def test_the_default_model_answers_and_a_pdf_citation_opens_its_page(app, tmp_pa
         assert streaming, "the page never showed the answer in progress (pending or partial)"
         final = seen[-1]
         answer = final.split(SUPPORTED, 1)[1].split("📚", 1)[0].strip()
-        assert "Quillfield" in answer and re.search(r"\.\s*\[1\]", answer), final
+        assert re.search(r"Quillfield\.?\s*\[1\]", answer), final  # a sentence or, asked to be brief, the place
         assert "not found in your documents" not in final and re.search(r"tok/s", final)
         bot = page.locator("#chatbot")
         bot.get_by_text(re.compile(r"📚 Sources \(1\)")).last.click()
@@ -268,7 +268,7 @@ def test_the_default_model_answers_and_a_pdf_citation_opens_its_page(app, tmp_pa
         # passage highlighted, with the next and previous pages a click away
         final = ask(page, PDF_QUESTION, r"⚡ Plain")[-1]
         answer = final.split(PDF_QUESTION, 1)[1].split("📚", 1)[0]
-        assert re.search(r"forty-one|41", answer) and re.search(r"\[1\]", answer), final
+        assert re.search(r"forty-one|41", answer, re.I) and re.search(r"\[1\]", answer), final
         bot.locator("a.lr-open.lr-ref-s-1-1").first.click()  # the [1] after the PDF answer's sentence
         head = wait_text(page, "#source-head", r"page 2 of 3", 60)
         assert "[1] report.pdf p.2" in head and "highlighted" in head, head
