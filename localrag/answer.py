@@ -121,15 +121,14 @@ def checked_result(text: str, mode: str, evidence: AnswerEvidence, retrieved: Se
     what an unsupported answer gets (``apply_policy``). An answer in which the model only declines
     ("not in the documents.", as the instructions ask) is a refusal in its own words: no text is kept
     to warn about, and the refusal says what was searched."""
-    if declines(text):
-        read = [Citation.from_hit(c) for c in retrieved]
-        result = AnswerResult(text="", mode=mode, citations=[], supported=False, stats=stats, searched=searched,
-                              extras=extras, also_searched=read, evidence=evidence, notes=list(notes))
-        return apply_policy(result, on_unsupported, DECLINED)
-    citations, also = split_citations(evidence, retrieved)
-    result = AnswerResult(text=text, mode=mode, citations=citations, supported=evidence.supported, stats=stats,
-                          searched=searched, extras=extras, also_searched=also, evidence=evidence, notes=list(notes))
-    return apply_policy(result, on_unsupported)
+    declined = declines(text)
+    # a refusal cites nothing: every retrieved chunk was searched
+    citations, also = (([], [Citation.from_hit(c) for c in retrieved]) if declined
+                       else split_citations(evidence, retrieved))
+    result = AnswerResult(text="" if declined else text, mode=mode, citations=citations,
+                          supported=evidence.supported and not declined, stats=stats, searched=searched,
+                          extras=extras, also_searched=also, evidence=evidence, notes=list(notes))
+    return apply_policy(result, on_unsupported, DECLINED if declined else "")
 
 
 @dataclass
