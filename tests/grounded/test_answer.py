@@ -174,7 +174,14 @@ def test_ask_cli_json(index, corpus):
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     assert data["mode"] == "plain" and len(data["citations"] + data["also_searched"]) == 2
-    assert data["citations"][0]["label"].startswith("contract.md")
+    # what is cited is what the evidence found the answer in, the rest was searched; which chunks
+    # those are depends on what the 135M model wrote, which differs between llama.cpp builds (the
+    # CPU's instruction sets): the retrieval order does not
+    assert [c["chunk_id"] for c in data["citations"]] == data["evidence"]["cited"]
+    assert [c["chunk_id"] for c in data["also_searched"]] == data["evidence"]["also_searched"]
+    hits = index.search(Q, 2)
+    assert {c["chunk_id"] for c in data["citations"] + data["also_searched"]} == {h.chunk_id for h in hits}
+    assert hits[0].citation().startswith("contract.md")
     sentences = data["evidence"]["sentences"]
     assert sentences and all(isinstance(s["supported"], bool) and "spans" in s for s in sentences)
 
