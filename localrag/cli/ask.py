@@ -134,7 +134,8 @@ def print_details(result: AnswerResult) -> None:
     for s in ev.sentences if ev is not None and not result.refused else ():
         if not s.supported:
             print(f'  not found in your documents: "{s.text}" ({s.reason})', file=out)
-    print(f"\n[{result.searched}]", file=out)
+    # a refusal on stdout already says what was searched: not said twice when both reach the terminal
+    print("" if result.refused else f"\n[{result.searched}]", file=out)
     for i, c in enumerate(result.citations, start=1):
         quotes = [c.text[sp.start:sp.end] for s in (ev.sentences if ev else ()) if s.supported
                   for sp in s.spans if sp.chunk_id == c.chunk_id]

@@ -239,7 +239,7 @@ class IngestRun:
     # ------------------------------------------------------------ 1. plan
     def plan(self, paths: Iterable[str | os.PathLike]) -> tuple[list[Target], list[str]]:
         """Files to look at, and the roots (folders, vanished paths) whose vanished files are reconciled."""
-        walked = list(expand(paths))
+        walked = list(expand(paths, skip=[self.p.config.index_dir]))  # the index's own files are not documents
         listed = {path for path, _ in walked}
         roots = [path for path, error in walked if error == "file not found" or os.path.isdir(path)]
         files = [(path, error) for path, error in walked if not os.path.isdir(path)]

@@ -51,16 +51,22 @@ class Snapshot:
         return None
 
 
-def expand(paths: Iterable[str | os.PathLike]) -> Iterator[tuple[str, str]]:
+def expand(paths: Iterable[str | os.PathLike], skip: Iterable[str | os.PathLike] = ()) -> Iterator[tuple[str, str]]:
     """Absolute paths with a pre-check error ('' when none): folders themselves, then the files
-    under them (walked recursively, hidden entries skipped), and plain paths as given."""
+    under them (walked recursively, hidden entries skipped), and plain paths as given.
+
+    `skip`: folders a walk does not enter (the index's own folder, when the folder being ingested
+    holds it: its database files are not documents), unless the walk starts inside one."""
     seen: set[str] = set()
+    skipped = {os.path.realpath(os.path.expanduser(str(d))) for d in skip}
     for raw in paths:
         p = os.path.abspath(os.path.expanduser(str(raw)))
         if os.path.isdir(p):
             items = [(p, "")]
+            inside = any(under(os.path.realpath(p), d) for d in skipped)
             for root, dirs, files in os.walk(p):
-                dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+                dirs[:] = sorted(d for d in dirs if not d.startswith(".")
+                                 and (inside or os.path.realpath(os.path.join(root, d)) not in skipped))
                 items += [(os.path.join(root, f), "") for f in sorted(files) if not f.startswith(".")]
         elif os.path.lexists(p):
             items = [(p, "")]

@@ -204,6 +204,7 @@ def test_ask_cli_marks_and_refuses(index, corpus):
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("Your documents do not support an answer to this question")
     assert f"Unsupported answer (not found in your documents):\n{data['text']}" in out.stderr
+    assert (out.stdout + out.stderr).count(data["searched"]) == 1  # the refusal says it; stderr does not repeat it
     out = subprocess.run(base + ["When does the blue ferry leave for the island?"], capture_output=True, text=True,
                          env=env, timeout=240)
     assert re.search(r"\.\[1\]", out.stdout), out.stdout

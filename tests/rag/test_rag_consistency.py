@@ -67,6 +67,19 @@ def test_ingest_of_a_folder_removes_what_vanished_from_it(make_index, folder):
     assert_consistent(idx)
 
 
+def test_a_folder_that_holds_the_index_ingests_its_documents_not_the_index(make_index, folder):
+    """The index kept inside the folder being ingested: its database files are neither indexed nor
+    failed, again and again; a walk that starts inside the index folder still looks at its files."""
+    idx = make_index(index_dir=folder / "localrag-index")
+    for _ in range(2):
+        report = idx.ingest([folder])
+        assert report.failed == [] and sorted(_files(idx)) == ["D.txt", "gone.txt", "keep.md"]
+    assert any((folder / "localrag-index").rglob("*.sqlite3"))  # there was something to skip
+    write(folder / "localrag-index" / "notes" / "n.txt", "Narwhals have a single long tusk.\n")
+    assert idx.ingest([folder / "localrag-index" / "notes"]).added == 1
+    assert_consistent(idx)
+
+
 def test_ingest_of_a_vanished_subfolder_or_file_path_removes_it(make_index, folder):
     idx = make_index()
     idx.ingest([folder])
