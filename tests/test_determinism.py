@@ -131,6 +131,12 @@ def test_logits_do_not_depend_on_batching(smollm2, gemma_engine):
         be.reset()
         be.prefill(prompt[:-5])
         assert np.array_equal(np.array(be.prefill(prompt[-5:])), _first_logits(be, prompt))
+        # 5 and 6 tokens: a group of 4, then 1 or 2 rows multiplied alone (the patched build's row
+        # kernel, as in a one-token step); 7: a group of 4, then a padded one; 12: three groups
+        for k in (5, 6, 7):
+            chain = np.array(be.eval_tree(steps[:k], list(range(-1, k - 1))))
+            assert all(np.array_equal(chain[j], rows[j]) for j in range(k)), k
+            be.commit_path([])
         chain = np.array(be.eval_tree(steps, list(range(-1, len(steps) - 1))))
         assert all(np.array_equal(chain[j], rows[j]) for j in range(len(steps)))
         be.commit_path(list(range(len(steps))))
