@@ -151,11 +151,13 @@ LlamaCppBackend(ModelConfig(model="gemma3-270m", n_ctx=512, repack={}), verbose=
 
 def test_the_deterministic_kernels_keep_repacked_weights_on_our_build(gemma_engine):
     """setup.sh builds llama.cpp with our patch (scripts/patches/), so the deterministic backend
-    keeps its repacked weights (every row through the same 4-row GEMM; the batching tests above
-    run on them) and its build label, which keys the stored cost curves, says so. llama.cpp's own
-    log names the repacked buffer, and ``repack=False`` goes without one."""
+    keeps its repacked weights (every row as through the same 4-row GEMM; the batching tests above
+    run on them) and its build label, which keys the stored cost curves, says so, with the version
+    of the patch's kernels. llama.cpp's own log names the repacked buffer, and ``repack=False``
+    goes without one."""
     be = gemma_engine.backend
     assert be.deterministic and be.repacked and "repacked=True" in be.build_label
+    assert "invariant=2" in be.build_label
     assert os.environ["GGML_CPU_REPACK_INVARIANT"] == "1"
     for repack in (True, False):
         out = subprocess.run([sys.executable, "-c", REPACK_LOG.format(repack)], capture_output=True, text=True,

@@ -23,9 +23,10 @@ prefill chunks, tree verification). Two things make that so, both measured:
   repacked for AVX2 (Q4_K) use a 4-row GEMM beside the one-row GEMV; and K-quant weights take a
   tiled GEMM from 8 rows. With a bf16 V cache (K stays f16: the split and tiled attention paths
   need both f16), the tiled GEMM switched off (``GGML_CPU_TILED_MM=0``) and repacked weights
-  multiplied by the 4-row GEMM alone (``GGML_CPU_REPACK_INVARIANT=1``, our patch to llama.cpp:
-  ``scripts/patches/``; an unpatched build goes without repacked weights instead), every row is
-  one sequential pass over its KV cells and the same dot products, whatever the batch. Both
+  multiplied as by the 4-row GEMM alone (``GGML_CPU_REPACK_INVARIANT=1``, our patch to llama.cpp:
+  ``scripts/patches/``; on AVX-512 its Q4_K rows by a kernel of ours that gives that GEMM's bits
+  at a fraction of its work; an unpatched build goes without repacked weights instead), every row
+  is one sequential pass over its KV cells and the same dot products, whatever the batch. Both
   switches are read once per process.
 * KV cells in position order. Attention sums a row's visible cells in cell order, and llama.cpp
   puts new tokens in the lowest free cells. So the cache is kept packed: the committed context
@@ -43,6 +44,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -78,15 +80,18 @@ GGML_TYPE_BF16 = 30  # ggml.h's enum value; llama_cpp exports no constant for it
 os.environ.setdefault("GGML_CPU_REPACK_INVARIANT", "1")
 
 
-def _repack_invariant() -> bool:
-    """Whether this llama.cpp multiplies repacked weights batch-invariantly: built with our patch
-    (found by its symbol in ggml's CPU library) and the switch on."""
+@functools.cache
+def _repack_invariant() -> int:
+    """The version of our patch's batch-invariant kernels for repacked weights that this llama.cpp
+    runs (found by its symbol in ggml's CPU library): 0 unpatched or with the switch off. A new
+    version computes the same bits at another speed, so it is part of ``build_label`` (cost curves
+    are measured per build)."""
     try:
         lib = ctypes.CDLL(str(Path(lc.__file__).parent / "lib" / "libggml-cpu.so"))
         switch = lib.ggml_cpu_repack_batch_invariant
     except (OSError, AttributeError):  # unpatched, or another layout (Windows, dynamic backends)
-        return False
-    return bool(switch())
+        return 0
+    return int(switch())
 
 
 def _batch_invariant_kernels(mparams, cparams, repack: bool) -> bool:
@@ -97,9 +102,9 @@ def _batch_invariant_kernels(mparams, cparams, repack: bool) -> bool:
     os.environ.setdefault("GGML_CPU_TILED_MM", "0")
     cparams.type_v = GGML_TYPE_BF16  # K f16, V bf16: flash attention's per-row sequential path only
     cparams.flash_attn_type = lc.LLAMA_FLASH_ATTN_TYPE_ENABLED
-    # repacked weights only where every row goes through the same 4-row GEMM: upstream's GEMM and
-    # GEMV round differently
-    mparams.use_extra_bufts = repack and _repack_invariant()
+    # repacked weights only where every row is multiplied as by the same 4-row GEMM (our patch):
+    # upstream's GEMM and GEMV round differently
+    mparams.use_extra_bufts = repack and _repack_invariant() > 0
     return mparams.use_extra_bufts
 
 
@@ -211,7 +216,7 @@ class LlamaCppBackend(Backend):
     @property
     def build_label(self) -> str:
         info = lc.llama_print_system_info().decode("utf-8", errors="replace")
-        return f"llama.cpp {lc.__version__} {info.strip()} repacked={self.repacked}"
+        return f"llama.cpp {lc.__version__} {info.strip()} repacked={self.repacked} invariant={_repack_invariant()}"
 
     def chat_template(self) -> str | None:
         tmpl = lc.llama_model_chat_template(self._model, None)
