@@ -44,6 +44,20 @@ def ptr(a: np.ndarray) -> int:
     return a.ctypes.data
 
 
+def same_bits(w: np.ndarray, x: np.ndarray, n: int, nc: int) -> None:
+    """Our kernel's rows equal the 4-row GEMM's for these weights and 4 rows of activations x."""
+    a = np.zeros((n // QK_K, Q8_KX4), dtype=np.uint8)
+    LIB.ggml_quantize_mat_q8_K_4x8(ptr(x), ptr(a), n)
+    want = np.zeros((4, nc), dtype=np.float32)
+    LIB.ggml_gemm_q4_K_8x8_q8_K(n, ptr(want), nc, ptr(w), ptr(a), 4, nc)
+    assert np.isfinite(want).all() and np.abs(want).max() > 0
+    for rows in (1, 2, 3, 4):
+        for first in range(4 - rows + 1):
+            got = np.full((rows, nc), np.nan, dtype=np.float32)
+            LIB.ggml_gemm_q4_K_8x8_q8_K_rows(n, ptr(got), nc, ptr(w), ptr(a), first, rows, nc)
+            assert np.array_equal(got.view(np.uint32), want[first:first + rows].view(np.uint32)), (rows, first)
+
+
 @pytest.mark.parametrize("scale", [1.0, 300.0])
 def test_the_row_kernel_gives_the_4_row_gemms_bits(scale):
     rng = np.random.default_rng(7)
@@ -52,13 +66,18 @@ def test_the_row_kernel_gives_the_4_row_gemms_bits(scale):
     for _ in range(5):
         x = (rng.standard_normal((4, n)) * scale).astype(np.float32)
         x[rng.integers(0, 4), rng.integers(0, n)] *= 50  # an outlier sets its block's scale
-        a = np.zeros((n // QK_K, Q8_KX4), dtype=np.uint8)
-        LIB.ggml_quantize_mat_q8_K_4x8(ptr(x), ptr(a), n)
-        want = np.zeros((4, nc), dtype=np.float32)
-        LIB.ggml_gemm_q4_K_8x8_q8_K(n, ptr(want), nc, ptr(w), ptr(a), 4, nc)
-        assert np.isfinite(want).all() and np.abs(want).max() > 0
-        for rows in (1, 2, 3, 4):
-            for first in range(4 - rows + 1):
-                got = np.full((rows, nc), np.nan, dtype=np.float32)
-                LIB.ggml_gemm_q4_K_8x8_q8_K_rows(n, ptr(got), nc, ptr(w), ptr(a), first, rows, nc)
-                assert np.array_equal(got.view(np.uint32), want[first:first + rows].view(np.uint32)), (rows, first)
+        same_bits(w, x, n, nc)
+
+
+def test_the_row_kernel_at_the_largest_integers():
+    """Every quant and 6-bit scale at its maximum and activations of one sign (8-bit quants at
+    +-127/128): the kernel's exactness bound (scaled sums of a sub-block pair below 2^24, which it
+    forms in floats) is met at its edge, not only on random blocks."""
+    n, nc = 512, 32
+    w = weights(np.random.default_rng(3), n, nc)
+    w[:, 32:] = 0xFF  # scales and mins 63, every 4-bit quant 15
+    for sign in (1.0, -1.0):
+        x = np.full((4, n), sign, dtype=np.float32)
+        x[1] *= 0.5  # rows of other block scales, same quants
+        x[3, ::2] = -sign  # and alternating signs
+        same_bits(w, x, n, nc)
