@@ -17,7 +17,7 @@ import platform
 import sys
 from pathlib import Path
 
-__all__ = ["AVX512_BASE", "AVX512_FLAGS", "PORTABLE", "cpu_features", "detected_flags"]
+__all__ = ["AVX512_FLAGS", "PORTABLE", "detected_flags"]
 
 # x86-64-v3 (AVX2, FMA, F16C, BMI2): every x86 CPU of the last decade
 PORTABLE = ("-DGGML_NATIVE=OFF", "-DGGML_AVX=ON", "-DGGML_AVX2=ON", "-DGGML_FMA=ON", "-DGGML_F16C=ON",
