@@ -16,9 +16,9 @@ import pytest
 
 from localrag.backends.llamacpp import LlamaCppBackend
 from localrag.config import ModelConfig, RasdConfig
-from localrag.cpu_flags import detected_flags
 from localrag.engine import Engine
 from localrag.generation import PlainDecoder
+from localrag.llamacpp_build import cmake_flags
 from localrag.rasd.budget import CostModel
 from localrag.rasd.loop import RasdDecoder
 from tests.chat_prompts import QUESTIONS, answer, doc_chunks, rag_prompt, selected, through_prompt_cache
@@ -158,8 +158,8 @@ def test_the_deterministic_kernels_keep_repacked_weights_on_our_build(gemma_engi
     goes without one."""
     be = gemma_engine.backend
     assert be.deterministic and be.repacked and "repacked=True" in be.build_label
-    # the kernels' version: 3 where the AVX-512 Q4_K kernel is built (setup builds with these flags)
-    assert f"invariant={3 if '-DGGML_AVX512=ON' in detected_flags() else 1}" in be.build_label
+    # the kernels' version: 3 where the AVX-512 Q4_K kernel is built (the flags setup recorded)
+    assert f"invariant={3 if '-DGGML_AVX512=ON' in cmake_flags() else 1}" in be.build_label
     assert os.environ["GGML_CPU_REPACK_INVARIANT"] == "1"
     for repack in (True, False):
         out = subprocess.run([sys.executable, "-c", REPACK_LOG.format(repack)], capture_output=True, text=True,
