@@ -141,8 +141,6 @@ class GroundedConfig:
     extractive: rationale and answer are copied spans of the subset's chunks (``localrag.grounded.drafting``);
     off by default: on the held-out sample above the bundled drafter's free drafts reached F1 12.3
     against 3.7 for copied spans (standard RAG: 10.3).
-    drafter_example: (document, question, rationale, answer), shown to the drafter as one worked
-    turn before the real question; None = instructions only.
     """
 
     n: int = 10
@@ -157,16 +155,11 @@ class GroundedConfig:
     cluster: bool = True
     use_verifier: bool = True
     extractive: bool = False
+    # no worked example: the 0.5B drafter copied one ("Gustave Eiffel", "1889") into drafts of questions
+    # its documents did not answer; the decoder itself starts "Rationale:" and "Answer:"
     drafter_prompt: str = (
         "Read the documents and answer the question. First write one short sentence of evidence quoted "
         "from the documents, then the answer as a short phrase."
-    )
-    drafter_example: tuple[str, str, str, str] | None = (
-        "The Eiffel Tower was built for the 1889 World's Fair in Paris. It is 330 metres tall and was "
-        "designed by the engineering company of Gustave Eiffel.",
-        "Whose company designed the Eiffel Tower?",
-        "It is 330 metres tall and was designed by the engineering company of Gustave Eiffel.",
-        "Gustave Eiffel",
     )
     reflection_question: str = "Do you think the rationale supports the answer, yes or no?"
 

@@ -21,6 +21,7 @@ import pytest
 from localrag.answer import Answerer
 from localrag.config import DEFAULT_MODEL, GenerationConfig, ModelConfig
 from localrag.engine import Engine
+from localrag.evidence import foreign_words
 from localrag.grounded.extras import GroundedExtras
 from localrag.models import drafts_for
 from localrag.modes import AnswerRequest, get_mode
@@ -49,6 +50,12 @@ FACTS = [
      "How many times does the uploader retry before it gives up?", "9"),
 ]
 UNANSWERABLE = ["What dose of ibuprofen is recommended for adults?", "Which team won the 1998 football world cup?"]
+# near misses: on a planted fact's topic, its answer absent from the folder (the calibration constant is
+# there, the serial number is not; the opening time is there, the closing time is not)
+NEAR_MISSES = ["What is the serial number of the Vireo spectrometer?",
+               "At what time does the Orchard Street community garden close in the evening?",
+               "How much does a ticket for the ferry to Lind Island cost?",
+               "On which floor is Ingrid Halvorsen's office?"]
 
 
 def _folder(root: Path) -> Path:
@@ -126,5 +133,33 @@ def test_grounded_drafts_with_the_small_model_and_verifies_with_the_large_one(qw
     # two or fewer (the planted fact's chunk may be alone) there is one subset, so one draft.
     assert isinstance(extras, GroundedExtras) and extras.scoring == "drafter + reflection" and 1 <= len(extras.drafts) <= 2
     assert len(extras.drafts) == 2 or result.stats.search.n_relevant <= 2
-    assert all(d.reflection < 0 for d in extras.drafts)  # the 1.5B's log p("Yes") of each draft
+    drafts = [d for d in extras.drafts if d.origin == "drafter"]
+    assert all(d.reflection < 0 for d in drafts)  # the 1.5B's log p("Yes") of each draft
+    assert extras.drafts[0].origin == "answer model"  # its own answer over all the chunks is a candidate
     assert right in result.text and result.supported, (result.text, extras.unsupported_reason)
+
+
+MODES_ASKED = ("plain", "speedup", "grounded")
+
+
+@pytest.mark.parametrize("mode", MODES_ASKED)
+def test_every_mode_answers_a_planted_fact_and_flags_every_near_miss(qwen, folder_index, mode):
+    """The planted fact is answered, cited from its file and supported; no near miss (its topic in the
+    folder, its answer not) is shown as a supported answer: each is refused or warned; and no
+    Grounded answer or draft holds a number, name or unit that no retrieved chunk and not the
+    question holds (the drafter once copied its prompt's worked example, "1889")."""
+    answerer = Answerer(qwen, folder_index)
+    name, _, question, right = FACTS[3]
+    result = get_mode(mode).answer(answerer, AnswerRequest(question, gen=GEN))
+    assert re.search(rf"(?<![\d.]){re.escape(right)}(?![\d])", result.text), (mode, result.text)
+    assert result.supported and Path(result.citations[0].file).name == name, (mode, result.text)
+    for near in NEAR_MISSES:
+        r = get_mode(mode).answer(answerer, AnswerRequest(near, gen=GEN))
+        assert not r.supported, (mode, near, r.text, [s.reason for s in r.evidence.sentences] if r.evidence else None)
+        assert r.refused or r.on_unsupported == "warn", (mode, near)
+        if isinstance(r.extras, GroundedExtras):
+            chunks = [c.text for c in (*r.citations, *r.also_searched)] + [
+                c.text for d in r.extras.drafts for c in d.citations]
+            for d in r.extras.drafts:
+                assert foreign_words(d.answer, chunks, near) == [], (near, d.answer)
+            assert r.extras.chosen() is None  # a refused answer marks no draft as chosen

@@ -355,3 +355,108 @@ def test_an_answer_that_only_declines_is_a_refusal_in_its_own_words(aligner):
     result = checked_result(answer, "plain", aligner.align(answer, hits, question=QUESTION), hits,
                             AnswerStats(mode="plain"), "searched", "warn")
     assert result.text == answer and result.supported and not result.refused
+
+
+# ------------------------------------------------------------------ "supported" means "answers the question"
+# Real text: Debian's python-policy (section 2.2, /usr/share/doc/python3/python-policy.txt.gz) and
+# Node.js's SECURITY.md ("Reporting a bug in Node.js"), as the page indexed them.
+PYTHON_POLICY = Chunk(
+    "policy", "For the Debian 11 release (bullseye), the /usr/bin/python command is provided in the "
+              "python-is-python2 package (pointing to /usr/bin/python2). The /usr/bin/python-config and "
+              "/usr/bin/pydoc commands are provided in the python-dev-is-python2 package. These package are not "
+              "installed by default for new installations, but only for upgrades from the Debian 10 release "
+              "(buster). These packages should be removed after an upgrade. These packages will not be part of "
+              "the Debian 12 release (bookworm).", file="python-policy.html", line_start=None, line_end=None)
+NODE_SECURITY = Chunk(
+    "node", "Normally, your report will be acknowledged within 5 days, and you'll receive a more detailed "
+            "response to your report within 10 days indicating the next steps in handling your submission. "
+            "These timelines may extend when our triage volunteers are away on holiday, particularly at the end "
+            "of the year. After the initial reply to your report, the security team will endeavor to keep you "
+            "informed of the progress being made towards a fix and full announcement. If you do not receive an "
+            "acknowledgement of your report within 6 business days, or if you cannot find a private security "
+            "contact for the project, you may escalate to the OpenJS Foundation CNA at "
+            "security@lists.openjsf.org.", file="SECURITY.md", line_start=None, line_end=None)
+
+
+def test_an_answer_that_says_the_question_back_is_not_supported(aligner):
+    """Found in a real browser (Grounded, default model): asked a near miss the policy does not answer,
+    the answer was the question's own words, which a sentence about something else holds, shown as
+    supported with [1]. It adds nothing to the question, so the sources cannot have answered it."""
+    question = "Which Python 3 version is the default in Debian 12 (bookworm)?"
+    ev = aligner.align("Debian 12 (bookworm)", [PYTHON_POLICY], question=question)
+    (s,) = ev.sentences
+    assert s.spans and not s.supported and s.reason == "it only restates the question"
+    assert not ev.supported and ev.cited == ()
+    # the same words answer a question they are not part of
+    ok = aligner.align("Debian 12 (bookworm)", [PYTHON_POLICY],
+                       question="Which release will no longer ship the python-is-python2 package?")
+    assert ok.supported and ok.cited == ("policy",)
+    # a yes or no answers with the question's words, and stays supported
+    polar = aligner.align("Yes, these packages will not be part of the Debian 12 release (bookworm).",
+                          [PYTHON_POLICY], question="Will these packages be left out of the Debian 12 release?")
+    assert polar.supported
+
+
+def test_an_answer_whose_added_words_the_sources_lack_is_not_supported(aligner):
+    """Only the question's words were found: what the answer adds ("Python 3.11") is in no source."""
+    question = "Which Python 3 version is the default in Debian 12 (bookworm)?"
+    ev = aligner.align("Debian 12 (bookworm) ships Python 3.11 by default.", [PYTHON_POLICY], question=question)
+    (s,) = ev.sentences
+    assert not s.supported and not ev.supported and ev.cited == ()
+
+
+def test_a_number_the_sources_give_only_as_a_condition_does_not_answer(aligner):
+    """Found in a real browser (Plain, default model, Node.js's SECURITY.md): asked when a report is
+    acknowledged, the answer "6 business days" came back supported by the escalation rule, a
+    condition ("If you do not receive an acknowledgement ... within 6 business days"), not a
+    statement of when acknowledgement comes. The right answer, 5 days, is stated, and supported."""
+    question = "After I report a bug in Node.js through HackerOne, how long until my report is normally acknowledged?"
+    wrong = aligner.align("6 business days", [NODE_SECURITY], question=question)
+    (s,) = wrong.sentences
+    assert s.spans and not s.supported and s.reason == "the sources say it only as a condition"
+    assert not wrong.supported
+    right = aligner.align("Within 5 days.", [NODE_SECURITY], question=question)
+    assert right.supported and right.cited == ("node",)
+    # a question about the condition itself is answered by it
+    escalate = "How many business days without an acknowledgement before I may escalate to the OpenJS Foundation?"
+    assert aligner.align("6 business days", [NODE_SECURITY], question=escalate).supported
+    # and the follow-up's answer, "10 days", is stated
+    assert aligner.align("Within 10 days.", [NODE_SECURITY],
+                         question="How long until I receive a more detailed response to my report?").supported
+
+
+def test_a_number_with_another_unit_than_the_sources_is_not_supported(aligner):
+    """Seen with planted facts (Grounded, default model): a question asking for a duration got a number
+    from the document with the wrong unit, shown as supported. Both words were in the source, so
+    each word alone was "found"; the source never says that number with that unit."""
+    question = "How long after the initial reply does the security team send the fix announcement?"
+    wrong = aligner.align("Within 10 years.", [NODE_SECURITY], question=question)  # "10 days", "the year"
+    (s,) = wrong.sentences
+    assert not s.supported and s.reason == 'unit "10 years" not in the sources'
+    assert not wrong.supported
+    assert aligner.align("Within 10 days.", [NODE_SECURITY], question="How long until I receive a more "
+                         "detailed response to my report?").sentences[0].signals.missing == ()
+
+
+MODULE_PATH = Chunk(
+    "module-path", "Directories with private Python modules must be absent from the sys.path. Public Python 3 "
+                   "modules must be installed in the system Python 3 modules directory, /usr/lib/python3/dist-packages. "
+                   "A special directory is dedicated to public Python modules installed by the local administrator, "
+                   "/usr/local/lib/python3/dist-packages for all Python 3 versions. For local installation of Python "
+                   "modules by the system administrator, special directories are reserved. The directory "
+                   "/usr/local/lib/python3/site-packages is in the Python 3 runtime module search path.",
+    file="python-policy.html", line_start=None, line_end=None)
+
+
+def test_a_path_joined_from_two_fragments_is_not_supported(aligner):
+    """Found in a real browser (SmolLM2, Debian's python-policy, section 2.5): a wrong directory came
+    back supported, its highlight joining "/usr/lib/python3" and "site-packages" from two different
+    paths. A path is literal, like code: the source must write it whole."""
+    question = "In which directory must public Python 3 modules be installed?"
+    wrong = aligner.align("They must be installed in /usr/lib/python3/site-packages.", [MODULE_PATH], question=question)
+    (s,) = wrong.sentences
+    assert not s.supported and s.reason == 'path "/usr/lib/python3/site-packages" not in the sources'
+    assert not wrong.supported
+    right = aligner.align("They must be installed in /usr/lib/python3/dist-packages.", [MODULE_PATH],
+                          question=question)
+    assert right.supported and right.sentences[0].signals.missing == ()

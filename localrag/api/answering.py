@@ -188,7 +188,8 @@ def answer_chat(services: Services, req: ChatRequest, mode: AnswerMode, ticket: 
                        code=f"engine_{exc.kind}") from None
     if result is None:
         raise RuntimeError(f"mode {mode.id} ended without a result")
-    text = result.refusal if result.refused else "".join(pieces)
+    # held: the checked result's text, which may be another candidate than the one written (Grounded)
+    text = result.refusal if result.refused else result.text if held and result.text else "".join(pieces)
     if held and text:
         yield text
     gen = result.stats.generation

@@ -13,13 +13,13 @@ the normal pipeline into a cached index, so retrieval has real competition.
 Methods, interleaved per question (same retrieval, same machine state):
     norag        the chat model alone
     rag          standard RAG: top-k chunks stuffed into one prompt (Plain mode)
-    grounded     Speculative RAG, the Grounded mode's pipeline as the app runs it (drafter + verifier,
-                 calibrated abstention, and the final check: the chosen draft's sentence-level
-                 evidence in its chunks must reach the evidence threshold too); ``specrag``, its old
-                 name, is accepted by ``--methods``
-    unchecked    the same drafts and choice without the evidence check (the verifier's threshold alone)
-    reranked     the same drafts: the best-scoring draft above the verifier's threshold whose evidence
-                 is supported (the evidence used in the choice, not only as a final check)
+    grounded     Grounded mode as the app runs it: the answer model's own answer over the top-k chunks,
+                 and Speculative RAG's subset drafts (drafter + verifier), each checked against its
+                 chunks; refused when no candidate passes (``GroundedPipeline.decide``); ``specrag``,
+                 its old name, is accepted by ``--methods``
+    unchecked    the subset drafts alone, best by score above the verifier's threshold, unchecked
+    reranked     the subset drafts alone: the best-scoring draft above the verifier's threshold whose
+                 evidence is supported
     drafter      ablation: the same drafts, best by draft score, no verifier
     nocluster    ablation: random k-subsets instead of one chunk per cluster
     oracle       NOT a method: the same drafts, best by F1 against the gold answers (abstains on
@@ -53,6 +53,7 @@ from localrag.config import GenerationConfig, GroundedConfig, ModelConfig
 from localrag.engine import Engine
 from localrag.evidence import EvidenceAligner, is_refusal
 from localrag.grounded import GroundedPipeline
+from localrag.grounded.extras import DRAFTER, GroundedDraft
 from localrag.grounded.pipeline import check_draft
 from localrag.grounded.scoring import short_answer, usable
 from localrag.modes import MODES, AnswerRequest, GroundedOptions
@@ -84,10 +85,12 @@ class QuestionRun:
 def run_question(answerer: Answerer, norag: Answerer, pipeline: GroundedPipeline, rec: QARecord,
                  gen: GenerationConfig, grounded_cfg: GroundedConfig, k: int,
                  ask: Callable[[Answerer, AnswerRequest], AnswerResult] = MODES["plain"].answer,
-                 aligner: EvidenceAligner | None = None, methods: tuple[str, ...] = RUNS) -> QuestionRun:
+                 aligner: EvidenceAligner | None = None, methods: tuple[str, ...] = RUNS,
+                 grounded_ask: Callable | None = None) -> QuestionRun:
     """The methods on one question. ``ask``: how the RAG and no-RAG answers are made (Plain mode).
     ``aligner``: the pipeline's own (the reranked method checks every draft with it); None: no
-    evidence check. ``methods``: which of RUNS to run (those derived from grounded's drafts come with it)."""
+    evidence check. ``methods``: which of RUNS to run (those derived from grounded's drafts come with it).
+    ``grounded_ask``: how Grounded's answer is made (default: the mode, ``ask_grounded``)."""
     picks: dict[str, Pick] = {}
     request = AnswerRequest(rec.question, gen=gen, options=MODES["plain"].options({"k": k}))
     for method, who in (("norag", norag), ("rag", answerer)):
@@ -96,7 +99,7 @@ def run_question(answerer: Answerer, norag: Answerer, pipeline: GroundedPipeline
             picks[method] = Pick(_pred(r.text), seconds)
     best, drafts = (None, None), ()
     if "grounded" in methods:
-        best, drafts = _grounded(answerer, pipeline, rec, gen, grounded_cfg, aligner, picks)
+        best, drafts = _grounded(answerer, pipeline, rec, gen, grounded_cfg, aligner, picks, k, grounded_ask)
     if "nocluster" in methods:
         r, seconds = timed(pipeline.answer, rec.question, answerer.index_for(None), gen=gen,
                            config=grounded_cfg.with_(cluster=False))
@@ -105,31 +108,42 @@ def run_question(answerer: Answerer, norag: Answerer, pipeline: GroundedPipeline
 
 
 def _grounded(answerer: Answerer, pipeline: GroundedPipeline, rec: QARecord, gen: GenerationConfig,
-              cfg: GroundedConfig, aligner: EvidenceAligner | None, picks: dict[str, Pick]) -> tuple[tuple, tuple]:
-    """Grounded once, and every method that picks from its drafts, into ``picks``; returns
-    QuestionRun's ``best`` and ``drafts``. ``gen``: the same limits as the RAG answer's (a draft's
-    answer must end within ``gen.max_tokens``, as in the app)."""
-    r, lat = timed(pipeline.answer, rec.question, answerer.index_for(None), gen=gen, config=cfg)
+              cfg: GroundedConfig, aligner: EvidenceAligner | None, picks: dict[str, Pick],
+              k: int = 5, grounded_ask: Callable | None = None) -> tuple[tuple, tuple]:
+    """Grounded once, as the app runs it (``GroundedMode.answer_with``: the answer model's own answer
+    over the top-k chunks and the subset drafts), and every method that picks from its subset drafts
+    alone, into ``picks``; returns QuestionRun's ``best`` and ``drafts``. ``gen``: the same limits as
+    the RAG answer's (a draft's answer must end within ``gen.max_tokens``, as in the app)."""
+    mode = MODES["grounded"]
+    grounded_ask = grounded_ask or ask_grounded
+    request = AnswerRequest(rec.question, gen=gen, options=mode.options({"k": k, "n": cfg.n}))
+    r, lat = timed(grounded_ask, answerer, pipeline, request)
     extras = r.extras
-    chosen = usable(extras.drafts)  # drafts are sorted by combined score
-    picks["grounded"] = Pick(chosen[0].answer if r.supported else None, lat)
-    check_s = r.evidence.seconds if r.evidence is not None else 0.0
+    picks["grounded"] = Pick(_pred(r.text) if r.supported else None, lat)
+    subset_drafts = [d for d in extras.drafts if d.origin == DRAFTER]
+    chosen = sorted(usable(subset_drafts), key=lambda d: d.score, reverse=True)
     passed = bool(chosen) and chosen[0].score >= cfg.min_score
-    picks["unchecked"] = Pick(chosen[0].answer if passed else None, lat - check_s)
-    picks["reranked"] = picks["grounded"]
-    if aligner is not None and chosen and not r.supported:  # the best draft failed a check: try the next ones
-        def holds(d) -> bool:
-            return d.score >= cfg.min_score and not check_draft(aligner, d, d.citations, rec.question)[1]
+    own_s = r.stats.generation.prefill_seconds + r.stats.generation.decode_seconds if r.stats.generation else 0.0
+    picks["unchecked"] = Pick(chosen[0].answer if passed else None, lat - own_s)
+    def holds(d: GroundedDraft) -> bool:
+        return d.score >= cfg.min_score and not d.check and not (
+            aligner is not None and check_draft(aligner, d, d.citations, rec.question)[1])
 
-        fallback, seconds = timed(next, (d for d in chosen[1:] if holds(d)), None)
-        picks["reranked"] = Pick(fallback.answer if fallback else None, lat + seconds)
+    fallback = next((d for d in chosen if holds(d)), None)
+    picks["reranked"] = Pick(fallback.answer if fallback else None, lat - own_s)
     best = max(chosen, key=lambda d: d.draft_logprob / max(d.n_draft_tokens, 1)) if chosen else None
-    picks["drafter"] = Pick(best.answer if best else None, lat - extras.verify_s)
+    picks["drafter"] = Pick(best.answer if best else None, lat - own_s - extras.verify_s)
     gold = max(chosen, key=lambda d: score_answer(d.answer, rec.answers)["f1"]) if chosen and rec.answers else None
     picks["oracle"] = Pick(gold.answer if gold else None, lat)
-    drafts = tuple({"answer": d.answer, "draft_logprob": round(d.draft_logprob, 3), "n_draft": d.n_draft_tokens,
-                    "reflection": round(d.reflection, 3), "dropped": d.dropped} for d in extras.drafts)
+    drafts = tuple({"answer": d.answer, "origin": d.origin, "draft_logprob": round(d.draft_logprob, 3),
+                    "n_draft": d.n_draft_tokens, "reflection": round(d.reflection, 3), "dropped": d.dropped,
+                    "check": d.check} for d in extras.drafts)
     return ((chosen[0].answer, chosen[0].score) if chosen else (None, None)), drafts
+
+
+def ask_grounded(answerer: Answerer, pipeline: GroundedPipeline, request: AnswerRequest) -> AnswerResult:
+    """Grounded mode's answer with the benchmark's pipeline (its drafter, verifier and settings)."""
+    return [*MODES["grounded"].answer_with(answerer, pipeline, request)][-1]
 
 
 def _pred(text: str) -> str | None:

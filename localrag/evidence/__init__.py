@@ -54,6 +54,7 @@ from localrag.evidence.text import (
     Tokenizer,
     declines,
     entity_words,
+    foreign_words,
     is_refusal,
     split_sentences,
     stem,
@@ -70,5 +71,5 @@ from localrag.results import (
 
 __all__ = ["AlignmentStats", "AnswerEvidence", "CopiedSpan", "Embedder", "EvidenceAligner", "EvidenceChunk",
            "EvidenceConfig", "EvidenceSpan", "Judge", "MarkedAnswer", "SentenceEvidence", "Signals", "Token",
-           "Tokenizer", "VerifierJudge", "declines", "entity_words", "is_refusal", "mark_citations",
+           "Tokenizer", "VerifierJudge", "declines", "entity_words", "foreign_words", "is_refusal", "mark_citations",
            "split_citations", "split_sentences", "stem", "unsupported_reason", "word_tokens"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import bisect
 import hashlib
 import math
+import re
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -19,9 +20,11 @@ from localrag.evidence.text import (
     code_words,
     entity_words,
     is_content,
+    paths,
     source_refs,
     split_sentences,
     stem,
+    unit_after,
     word_tokens,
 )
 from localrag.results import (
@@ -53,6 +56,7 @@ class _PreparedChunk:
     sentences: list[tuple[int, int]]  # character spans
     sentence_of: list[int]  # token -> its sentence
     sentence_stems: list[frozenset[str]]
+    conditional: list[bool]  # token -> inside an "if ..." / "unless ..." clause (said under a condition)
 
 
 @dataclass(frozen=True)
@@ -95,6 +99,7 @@ class _Found:
     n_novel: int  # content words the question does not already have
     n_novel_supported: int
     matched: tuple[tuple[int, int], ...]  # answer characters inside the exact matches
+    rule: str = ""  # why the sentence cannot be supported whatever its score ('' when it can)
 
 
 class EvidenceAligner:
@@ -132,9 +137,10 @@ class EvidenceAligner:
         sentence_stems: list[set[str]] = [set() for _ in sentences]
         for t, k in zip(tokens, sentence_of, strict=True):
             sentence_stems[k].add(stem(t.norm))
+        conditional = _conditional(text, tokens, sentences, sentence_of)
         prepared = _PreparedChunk(tokens, ids, SuffixIndex(ids), frozenset(stem(t.norm) for t in tokens),
                                   frozenset(t.norm for t in tokens), sentences, sentence_of,
-                                  [frozenset(x) for x in sentence_stems])
+                                  [frozenset(x) for x in sentence_stems], conditional)
         self._prepared[key] = prepared
         while len(self._prepared) > self._cache_size:
             self._prepared.popitem(last=False)
@@ -149,9 +155,10 @@ class EvidenceAligner:
         prepared = [self._prepare(c.text) for c in chunks]
         question_tokens = self.tokenize(question)
         question_stems = {stem(t.norm) for t in question_tokens if is_content(t)}
+        asks_condition = any(t.norm in CONDITION_WORDS for t in question_tokens)
         # a "sentence" without a word ("...", a lone dash) claims nothing: it has no evidence to find
         spans = [(a, b) for a, b in split_sentences(answer) if self.tokenize(answer[a:b])]
-        found = [self._sentence(answer, a, b, chunks, prepared, question_stems) for a, b in spans]
+        found = [self._sentence(answer, a, b, chunks, prepared, question_stems, asks_condition) for a, b in spans]
         embeddings, relevance = self._embedding_signal(question, found)
         judged, judge_seconds = self._judge_signal(question, found)
         sentences = tuple(self._finish(f, emb, jd) for f, emb, jd in zip(found, embeddings, judged, strict=True))
@@ -173,8 +180,13 @@ class EvidenceAligner:
                               stats=stats, copied=tuple(copied))
 
     def _sentence(self, answer: str, a: int, b: int, chunks: Sequence[EvidenceChunk],
-                  prepared: list[_PreparedChunk], question_stems: set[str]) -> _Found:
-        """Choose the sentence's evidence chunks and spans, and its lexical signals."""
+                  prepared: list[_PreparedChunk], question_stems: set[str], asks_condition: bool = False) -> _Found:
+        """Choose the sentence's evidence chunks and spans, its lexical signals, and the rule (if any)
+        that keeps it unsupported whatever they score: "supported" means the sources answer the
+        question with what the sentence adds to it, so a sentence that adds nothing (the question's
+        own words said back), one whose added words the sources lack (only the question's words were
+        found), and one whose added words the sources say only as a condition ("if you get no reply
+        within 6 business days, ...") of a question that asks for no condition, are not supported."""
         tokens = [Token(t.text, t.norm, t.start + a, t.end + a) for t in self.tokenize(answer[a:b])]
         refs = source_refs(answer[a:b], tokens, a)  # "according to source [1]": the prompt's numbering
         tokens = [t for i, t in enumerate(tokens) if i not in refs] or tokens
@@ -199,13 +211,33 @@ class EvidenceAligner:
         supported = set().union(*(c.supported for c in chosen))
         norms = set().union(*(prepared[c.chunk].norms for c in chosen))
         specific = entity_words(tokens) + code_words(answer[a:b], tokens, a)
-        missing = tuple(dict.fromkeys(t.text for t in specific if t.norm not in norms))
+        texts = [chunks[c.chunk].text for c in chosen]
+        missing = tuple(dict.fromkeys([t.text for t in specific if t.norm not in norms]
+                                      + _units_missing(tokens, [prepared[c.chunk] for c in chosen])
+                                      + [p for p in paths(answer[a:b]) if not any(p in t for t in texts)]))
         window = [(c.chunk, k) for c in chosen[:1] for k in c.window]
+        polar = bool(tokens) and tokens[0].norm in POLAR  # "Yes, ..." answers with the question's own words
+        # what the sentence adds to the question: its content words and numbers ("6" is no content
+        # word, yet it is the answer) whose stems the question lacks, and which of them a chunk holds
+        stems_found = set().union(*(prepared[c.chunk].stems for c in chosen))
+        adds = {j for j, t in enumerate(tokens) if (is_content(t) or t.norm[0].isdigit())
+                and stem(t.norm) not in question_stems}
+        found = {j for j in adds if j in exact or stem(tokens[j].norm) in stems_found}
+        if not adds and not polar:
+            rule = "it only restates the question"
+        elif adds and not found and not polar:
+            rule = "what it adds to the question is not in the sources"
+        elif (found and not asks_condition
+              and not any(_asserted(j, chosen, prepared, tokens, ids, question_stems) for j in found)):
+            rule = "the sources say it only as a condition"
+        else:
+            rule = ""
         return _Found(answer[a:b], a, b, tokens, _spans(chosen, chunks, prepared), window,
                       " ".join(chunks[c].text[slice(*prepared[c].sentences[k])] for c, k in window),
                       len(exact) / max(1, len(tokens)), len(supported) / len(content), missing,
                       len(content) if tokens else 0, len(novel), len(novel & supported),
-                      tuple((tokens[s.i].start, tokens[s.i + s.length - 1].end) for c in chosen for s in c.segments))
+                      tuple((tokens[s.i].start, tokens[s.i + s.length - 1].end) for c in chosen for s in c.segments),
+                      rule)
 
     def _embedding_signal(self, question: str, found: list[_Found]) -> tuple[list[float | None], float | None]:
         """(cosine of each claim (question + sentence) to its evidence window, the highest cosine of
@@ -247,8 +279,11 @@ class EvidenceAligner:
             reason = "not found in the sources"
         elif f.missing:
             word = f.missing[0]
-            kind = "number" if word[0].isdigit() else "name" if word[0].isupper() else "code"
+            kind = ("path" if "/" in word else "unit" if " " in word else "number" if word[0].isdigit()
+                    else "name" if word[0].isupper() else "code")
             reason = f'{kind} "{word}" not in the sources'
+        elif f.rule:
+            reason = f.rule
         elif score < cfg.sentence_threshold:
             reason = "weak match with the sources"
         else:
@@ -286,6 +321,75 @@ class EvidenceAligner:
         matched = [r for f in found for r in f.matched]
         return all(any(a <= cp.answer_start + t.start and cp.answer_start + t.end <= b for a, b in matched)
                    for t in words)
+
+
+# ------------------------------------------------------------------ what a chunk asserts
+POLAR = ("yes", "no")
+CONDITION_WORDS = frozenset(("if", "unless", "otherwise", "whether"))
+_CLAUSE_END = re.compile(r"[,;:()]|\bthen\b")
+
+
+def _conditional(text: str, tokens: list[Token], sentences: list[tuple[int, int]],
+                 sentence_of: list[int]) -> list[bool]:
+    """Per token, whether it lies in a conditional clause: from "if" or "unless" to the next comma,
+    semicolon, colon, bracket or "then" of its sentence (or the sentence's end). Such a clause states
+    nothing as fact: "If you get no reply within 6 business days, escalate" says nothing of how
+    soon a reply comes."""
+    out = [False] * len(tokens)
+    for k, t in enumerate(tokens):
+        if t.norm not in ("if", "unless") or out[k]:
+            continue
+        end = sentences[sentence_of[k]][1] if sentences else len(text)
+        stop = _CLAUSE_END.search(text, t.end, end)
+        limit = stop.start() if stop else end
+        j = k
+        while j < len(tokens) and tokens[j].start < limit:
+            out[j] = True
+            j += 1
+    return out
+
+
+def _asserted(j: int, chosen: list[_Candidate], prepared: list[_PreparedChunk], tokens: list[Token],
+              ids: list[int], question_stems: set[str]) -> bool:
+    """Whether sentence token ``j`` is stated by a chosen chunk: found outside a conditional clause
+    (inside an exact match, at any place of that match; else its stem anywhere), or inside one whose
+    sentence's consequence the question asks about ("how many days before I may escalate?" is
+    answered by "if you get no reply within 6 business days, you may escalate")."""
+    answer_stems = {stem(t.norm) for t in tokens}
+    for cand in chosen:
+        pc = prepared[cand.chunk]
+        seg = next((s for s in cand.segments if s.i <= j < s.i + s.length), None)
+        if seg is not None:
+            places = [p + j - seg.i for p in pc.index.find(ids[seg.i:seg.i + seg.length])]
+        else:
+            places = [p for p, t in enumerate(pc.tokens) if stem(t.norm) == stem(tokens[j].norm)]
+        for p in places:
+            if not pc.conditional[p]:
+                return True
+            k = pc.sentence_of[p]
+            consequence = {stem(t.norm) for q, t in enumerate(pc.tokens) if pc.sentence_of[q] == k
+                           and not pc.conditional[q]}
+            if (consequence & question_stems) - answer_stems:
+                return True
+    return False
+
+
+def _units_missing(tokens: list[Token], chunks: list[_PreparedChunk]) -> list[str]:
+    """"N unit" pairs of the sentence (a number, then a unit of time, length, mass, money or share
+    within the next two words) that no chunk writes with that unit after that number: "30 minutes"
+    is not supported by "30 days", though both words are in the source."""
+    out = []
+    for k, t in enumerate(tokens):
+        if not t.norm[0].isdigit():
+            continue
+        unit = unit_after(tokens, k)
+        if unit is None or not any(t.norm in c.norms for c in chunks):  # a missing number is missing already
+            continue
+        want = stem(unit.norm)
+        if not any(stem(c.tokens[p].norm) == want for c in chunks for i, ct in enumerate(c.tokens)
+                   if ct.norm == t.norm for p in range(i + 1, min(i + 3, len(c.tokens)))):
+            out.append(f"{t.text} {unit.text}")
+    return out
 
 
 # ------------------------------------------------------------------ phases of one sentence

@@ -92,6 +92,34 @@ def entity_words(tokens: Sequence[Token]) -> list[Token]:
             if t.norm[0].isdigit() or (i > 0 and t.text[0].isupper() and t.norm not in STOPWORDS)]
 
 
+UNIT_STEMS = frozenset(stem(w) for w in ["second", "seconds", "minute", "minutes", "hour", "hours", "day", "days", "week", "weeks", "month", "months", "year", "years", "decade", "decades", "century", "centuries", "millisecond", "milliseconds", "ms", "metre", "metres", "meter", "meters", "km", "kilometre", "kilometres", "kilometers", "mile", "miles", "foot", "feet", "inch", "inches", "cm", "mm", "kg", "kilogram", "kilograms", "gram", "grams", "g", "tonne", "tonnes", "ton", "tons", "pound", "pounds", "lb", "lbs", "percent", "per", "cent", "dollar", "dollars", "euro", "euros", "usd", "eur", "byte", "bytes", "kb", "mb", "gb", "tb", "kib", "mib", "gib", "watt", "watts", "volt", "volts", "degree", "degrees", "times"])
+
+
+def unit_after(tokens: Sequence[Token], k: int) -> Token | None:
+    """The unit that number ``tokens[k]`` counts in: a unit word among the next two ("6 business days")."""
+    return next((u for u in tokens[k + 1:k + 3] if stem(u.norm) in UNIT_STEMS), None)
+
+
+_PATH = re.compile(r"(?<![\w/])(?:~|\.{1,2})?/[\w.+@-]+(?:/[\w.+@-]+)+/?")
+
+
+def paths(text: str) -> list[str]:
+    """The file paths a text writes (``/usr/lib/python3/dist-packages``), trailing full stops cut. A
+    path is literal: its parts found in different places of a source ("/usr/lib/python3" here,
+    "site-packages" there) do not make the path."""
+    return [m.group().rstrip(".") for m in _PATH.finditer(text)]
+
+
+def foreign_words(answer: str, sources: Sequence[str], question: str = "") -> list[str]:
+    """The answer's numbers, names and units that neither the sources nor the question hold: words
+    that can only have come from somewhere else (a prompt's example, the model's memory)."""
+    tokens = word_tokens(answer)
+    known = {stem(t.norm) for text in (*sources, question) for t in word_tokens(text)}
+    specific = entity_words(tokens) + [u for k, t in enumerate(tokens) if t.norm[0].isdigit()
+                                       for u in [unit_after(tokens, k)] if u is not None]
+    return list(dict.fromkeys(t.text for t in specific if stem(t.norm) not in known))
+
+
 _CODE = re.compile(r"```.*?(?:```|$)|`[^`\n]+`", re.S)
 # the prompt numbers its sources [1], [2], ...: an answer that names them ("According to source [1]",
 # "as [2] and [3] say") refers to the prompt, and its numbers are not claims about the documents

@@ -99,15 +99,11 @@ class SpanCopy:
 
 
 def draft_messages(question: str, chunks: Sequence[str], cfg: GroundedConfig) -> list[dict]:
-    """The drafter's conversation: instructions, a one-shot example (if configured) that shows the
-    "Rationale: ...\nAnswer: ..." form, then this subset's chunks and the question."""
-    msgs = [{"role": "system", "content": cfg.drafter_prompt}]
-    if cfg.drafter_example:
-        doc, q, rationale, answer = cfg.drafter_example
-        msgs += [{"role": "user", "content": _user_turn([doc], q)},
-                 {"role": "assistant", "content": f"Rationale: {rationale}\nAnswer: {answer}"}]
-    msgs.append({"role": "user", "content": _user_turn(chunks, question)})
-    return msgs
+    """The drafter's conversation: instructions, then this subset's chunks and the question (no worked
+    example: a drafter copies its words into answers; the "Rationale: ... Answer: ..." form is the
+    decoder's, which writes both labels itself)."""
+    return [{"role": "system", "content": cfg.drafter_prompt},
+            {"role": "user", "content": _user_turn(chunks, question)}]
 
 
 def draft_prompt(engine: Engine, question: str, chunks: Sequence[str], cfg: GroundedConfig) -> list[int]:

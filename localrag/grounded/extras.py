@@ -19,6 +19,8 @@ from typing import ClassVar
 from localrag.evidence import is_refusal
 from localrag.results import AnswerEvidence, AnswerStats, Citation, ModeExtras, known_fields, register
 
+DRAFTER, ANSWER_MODEL = "drafter", "answer model"
+
 
 @dataclass
 class GroundedDraft:
@@ -39,6 +41,8 @@ class GroundedDraft:
     n_draft_tokens: int = 0
     subset: tuple[int, ...] = ()  # indices into the retrieved chunks
     dropped: str = ""  # why this draft cannot be the answer ("" when it can): its answer never ended
+    check: str = ""  # why the documents do not support it ('' when its evidence check passed)
+    origin: str = DRAFTER  # who wrote it: a subset's drafter, or the answer model over all the chunks
 
     @property
     def text(self) -> str:
@@ -62,8 +66,14 @@ class GroundedDraft:
         return cls(**d)
 
 
+UNRECORDED = -1
+
+
 def may_answer(draft: GroundedDraft) -> bool:
-    """The draft may be the answer: it finished (not dropped) and does not decline to answer."""
+    """The draft may be the answer: it finished (not dropped) and does not decline to answer (the
+    answer model's written answer is empty when it only declined: ``answer.checked_result``)."""
+    if draft.origin == ANSWER_MODEL:
+        return bool(draft.answer.strip())
     return not draft.dropped and not is_refusal(draft.answer)
 
 
@@ -85,9 +95,14 @@ class GroundedExtras(ModeExtras):
     threshold: float = 0.0
     unsupported_reason: str = ""
     scoring: str = "drafter + reflection"
+    choice: int | None = UNRECORDED  # the chosen draft's index, None when the answer was refused
+    why_chosen: str = ""
 
     def chosen(self) -> int | None:
-        """The chosen draft's index: the best-scoring one that may be the answer (None: none may)."""
+        """The chosen draft's index (None: none was, the answer was refused). A record written before
+        the choice was stored: the best-scoring draft that may be the answer."""
+        if self.choice != UNRECORDED:
+            return self.choice
         ranked = [i for i, d in enumerate(self.drafts) if may_answer(d)]
         return max(ranked, key=lambda i: _finite(self.drafts[i].score), default=None)
 
@@ -110,7 +125,9 @@ class GroundedExtras(ModeExtras):
             return None
         best = self.chosen()
         chosen = f"chosen #{best + 1}, score {_f(self.drafts[best].score)}" if best is not None else "none chosen"
-        return f"🧪 Drafts ({len(self.drafts)}) · {chosen}", drafts_markdown(self.drafts, best)
+        why = f"\n\n*{html.escape(self.why_chosen or self.unsupported_reason)}*" if (
+            self.why_chosen or self.unsupported_reason) else ""
+        return f"🧪 Drafts ({len(self.drafts)}) · {chosen}", drafts_markdown(self.drafts, best) + why
 
     def stats_parts(self, stats: AnswerStats) -> list[str]:
         return [f"{self.n_drafts} drafts", f"retrieve {stats.search.seconds:.2f} s", f"draft {self.draft_s:.2f} s",
@@ -142,9 +159,11 @@ def drafts_markdown(drafts: Sequence[GroundedDraft], best: int | None) -> str:
         answer = html.escape(" ".join(d.answer.split())) or "(empty)"
         if d.dropped:
             answer = f"{answer}… ✂ dropped: {html.escape(d.dropped)}"
+        who = "answer model, all chunks" if d.origin == ANSWER_MODEL else "drafter"
+        check = f" · ✗ {html.escape(d.check)}" if d.check else " · evidence ✓"
         lines = [f"**#{i + 1}{mark} {answer}** · score {_f(d.score)}",
-                 f"draft log p {_f(d.draft_logprob)} · reflection {_f(d.reflection)}" + (f" · from {', '.join(c.label for c in d.citations)}"
-                                                      if d.citations else "")]
+                 f"{who} · log p {_f(d.draft_logprob)} · reflection {_f(d.reflection)}{check}"
+                 + (f" · from {', '.join(c.label for c in d.citations)}" if d.citations else "")]
         if d.rationale:
             lines.append(f"> *{html.escape(' '.join(d.rationale.split()))}*")
         blocks.append("  \n".join(lines[:2]) + ("\n\n" + lines[2] if len(lines) > 2 else ""))

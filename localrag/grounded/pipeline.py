@@ -33,15 +33,23 @@ from __future__ import annotations
 
 import time
 from collections.abc import Generator, Iterator, Sequence
-
-import numpy as np
+from dataclasses import dataclass, replace
 
 from localrag.backends.base import BatchBackend
 from localrag.config import GenerationConfig, GroundedConfig
 from localrag.engine import Engine
-from localrag.evidence import EvidenceAligner, EvidenceChunk, split_citations, unsupported_reason
+from localrag.evidence import (
+    EvidenceAligner,
+    EvidenceChunk,
+    foreign_words,
+    split_citations,
+    stem,
+    unsupported_reason,
+    word_tokens,
+)
+from localrag.evidence.text import is_content
 from localrag.grounded.drafting import chunk_tokens, draft_prompt, draft_steps
-from localrag.grounded.extras import GroundedDraft, GroundedExtras
+from localrag.grounded.extras import GroundedDraft, GroundedExtras, may_answer
 from localrag.grounded.scoring import combined_score, score_drafts, select, short_answer
 from localrag.grounded.subsets import cluster, make_subsets, random_subsets, shared_prefix_order
 from localrag.rag.index import DocumentIndex
@@ -66,6 +74,27 @@ def retrieve(index: DocumentIndex | None, question: str, cfg: GroundedConfig) ->
     hits = index.search(question, cfg.n)
     relevant = [h for h in hits if (h.dense_score or 0.0) >= cfg.min_relevance]
     return hits, relevant
+
+
+@dataclass
+class Drafted:
+    """What the drafting phase found and wrote: the relevant chunks (the drafts' subsets index
+    them), the drafts best score first, the extras and stats so far, what was searched, when it began."""
+
+    hits: list[Hit]
+    drafts: list[GroundedDraft]
+    extras: GroundedExtras
+    searched: str
+    stats: AnswerStats
+    t0: float
+
+
+def agree(a: str, b: str) -> bool:
+    """Two answers say the same: their content words' stems overlap with an F1 of at least 0.5."""
+    x = {stem(t.norm) for t in word_tokens(a) if is_content(t)}
+    y = {stem(t.norm) for t in word_tokens(b) if is_content(t)}
+    common = len(x & y)
+    return bool(common) and 2 * common / (len(x) + len(y)) >= 0.5
 
 
 class GroundedPipeline:
@@ -93,10 +122,48 @@ class GroundedPipeline:
     def stream(self, question: str, index: DocumentIndex | None, gen: GenerationConfig | None = None,
                config: GroundedConfig | None = None,
                query: str | None = None) -> Iterator[AnswerProgress | AnswerResult]:
-        """AnswerProgress (searching, drafting k of m done, verifying), then the AnswerResult. ``gen``: the
-        request's limits: an answer must end (a sentence end, a line break or end-of-generation)
-        within ``gen.max_tokens`` tokens, and the repetition guard runs on every draft's answer.
-        ``query``: what to search (default: the question; a follow-up's query adds the conversation's terms)."""
+        """The drafts alone (the paper's method, without the answer model's own answer: the mode's
+        ablation): AnswerProgress, then the best draft above the threshold, checked, as the
+        AnswerResult. ``gen``: the request's limits: an answer must end (a sentence end, a line
+        break or end-of-generation) within ``gen.max_tokens`` tokens, and the repetition guard runs
+        on every draft's answer. ``query``: what to search (default: the question)."""
+        cfg = config or self.config
+        gen = gen or GenerationConfig()
+        drafted = yield from self.draft(question, index, gen, cfg, query)
+        gs, stats, drafts = drafted.extras, drafted.stats, drafted.drafts
+        if not drafted.hits:
+            yield self._unsupported(drafted, gs.unsupported_reason)
+            return
+        best, passed = select(drafts, cfg)
+        if best is None:
+            yield self._unsupported(drafted, no_answer_reason(drafts, gen.max_tokens))
+            return
+        gs.choice = drafts.index(best)
+        if not passed:
+            gs.unsupported_reason = "no draft passed the verifier's threshold"
+        text = best.text
+        if self.aligner is None:
+            stats.total_s = time.perf_counter() - drafted.t0
+            yield AnswerResult(text=text, mode=self.mode, citations=list(best.citations), supported=passed,
+                               extras=gs, stats=stats, searched=drafted.searched)
+            return
+        # the final check: the draft's sentence-level evidence in the chunks it was written from
+        evidence, why = check_draft(self.aligner, best, [drafted.hits[i] for i in best.subset], question)
+        if passed and why:
+            gs.unsupported_reason = why
+        if why:
+            gs.choice = None
+        citations, also = split_citations(evidence, drafted.hits)
+        stats.total_s = time.perf_counter() - drafted.t0
+        yield AnswerResult(text=text, mode=self.mode, citations=citations, supported=passed and not why,
+                           extras=gs, stats=stats, searched=drafted.searched, also_searched=also, evidence=evidence)
+
+    def draft(self, question: str, index: DocumentIndex | None, gen: GenerationConfig | None = None,
+              config: GroundedConfig | None = None,
+              query: str | None = None) -> Generator[AnswerProgress, None, Drafted]:
+        """Search, keep the relevant chunks, cluster them into subsets and write and score a draft
+        per subset; yields the progress, returns the ``Drafted`` (no draft when nothing relevant
+        was found: its extras say so)."""
         cfg = config or self.config
         gen = gen or GenerationConfig()
         query = query or question
@@ -105,58 +172,34 @@ class GroundedPipeline:
         hits, relevant = retrieve(index, query, cfg)
         name = index.config.collection if index is not None else None
         retrieval = SearchStats(query=query, collection=name, k=cfg.n, n_chunks=len(hits),
-                                   n_relevant=len(relevant), seconds=time.perf_counter() - t0,
-                                   note="" if index is not None else "no index")
+                                n_relevant=len(relevant), seconds=time.perf_counter() - t0,
+                                note="" if index is not None else "no index")
         searched = (f'searched "{query}" in collection "{name}" (top {cfg.n}): {len(hits)} chunks, '
                     f"{len(relevant)} above relevance {cfg.min_relevance}") if index is not None else \
             f'searched "{query}": no document index'
-        stats = AnswerStats(mode=self.mode, search=retrieval)
-        if not relevant:
-            stats.total_s = time.perf_counter() - t0
-            yield self._unsupported(searched, GroundedExtras(threshold=cfg.min_score), stats,
-                                    "nothing relevant was retrieved")
-            return
-        vectors = index.vectors([h.chunk_id for h in relevant]) if cfg.cluster else None
-        yield from self.stream_from_chunks(question, relevant, vectors, searched, stats, cfg, gen, t0)
-
-    def stream_from_chunks(self, question: str, hits: Sequence[Hit], vectors: np.ndarray | None, searched: str,
-                           stats: AnswerStats, cfg: GroundedConfig, gen: GenerationConfig | None = None,
-                           t0: float | None = None) -> Iterator[AnswerProgress | AnswerResult]:
-        """Cluster -> subsets -> draft -> verify -> select over already retrieved chunks (best first)."""
-        t0 = time.perf_counter() if t0 is None else t0
-        gen = gen or GenerationConfig()
         gs = GroundedExtras(threshold=cfg.min_score, scoring="drafter + reflection" if cfg.use_verifier else "drafter only")
+        drafted = Drafted(relevant, [], gs, searched, AnswerStats(mode=self.mode, search=retrieval), t0)
+        if not relevant:
+            gs.unsupported_reason = "nothing relevant was retrieved"
+            return drafted
+        vectors = index.vectors([h.chunk_id for h in relevant]) if cfg.cluster else None
         t = time.perf_counter()
         if cfg.cluster and vectors is not None:
             subsets = make_subsets(cluster(vectors, cfg.k, cfg.seed), cfg.m)
         else:
-            subsets = random_subsets(len(hits), cfg.k, cfg.m, cfg.seed)
+            subsets = random_subsets(len(relevant), cfg.k, cfg.m, cfg.seed)
         subsets = shared_prefix_order(subsets)
         gs.cluster_s = time.perf_counter() - t
-        drafts = yield from self.write_and_score(question, hits, subsets, cfg, gen, gs)
+        drafts = yield from self.write_and_score(question, relevant, subsets, cfg, gen, gs)
         drafts.sort(key=lambda d: d.score, reverse=True)
-        best, passed = select(drafts, cfg)
-        gs.drafts, gs.n_drafts, gs.draft_tokens = drafts, len(drafts), sum(d.n_draft_tokens for d in drafts)
-        if best is None:
-            stats.total_s = time.perf_counter() - t0
-            yield self._unsupported(searched, gs, stats, no_answer_reason(drafts, gen.max_tokens))
-            return
-        if not passed:
-            gs.unsupported_reason = "no draft passed the verifier's threshold"
-        text = best.text
-        if self.aligner is None:
-            stats.total_s = time.perf_counter() - t0
-            yield AnswerResult(text=text, mode=self.mode, citations=list(best.citations), supported=passed,
-                               extras=gs, stats=stats, searched=searched)
-            return
-        # the final check: the draft's sentence-level evidence in the chunks it was written from
-        evidence, why = check_draft(self.aligner, best, [hits[i] for i in best.subset], question)
-        if passed and why:
-            gs.unsupported_reason = why
-        citations, also = split_citations(evidence, hits)
-        stats.total_s = time.perf_counter() - t0
-        yield AnswerResult(text=text, mode=self.mode, citations=citations, supported=passed and not why,
-                           extras=gs, stats=stats, searched=searched, also_searched=also, evidence=evidence)
+        drafted.drafts = drafts
+        gs.drafts, gs.n_drafts, gs.draft_tokens = list(drafts), len(drafts), sum(d.n_draft_tokens for d in drafts)
+        return drafted
+
+    def decide(self, question: str, drafted: Drafted, own: GroundedDraft | None,
+               own_result: AnswerResult | None = None) -> AnswerResult:
+        """Grounded's answer from its candidates (``decide``), with this pipeline's aligner and settings."""
+        return decide(question, drafted, own, own_result, self.aligner, self.config, self.mode)
 
     def write_and_score(self, question: str, hits: Sequence[Hit], subsets: Sequence[Sequence[int]],
                         cfg: GroundedConfig, gen: GenerationConfig,
@@ -186,11 +229,65 @@ class GroundedPipeline:
                               dropped=dropped_because(d.ended, gen.max_tokens))
                 for j, (d, sub, rationale) in enumerate(zip(toks, subsets, rationales, strict=True))]
 
-    def _unsupported(self, searched: str, extras: GroundedExtras, stats: AnswerStats, why: str) -> AnswerResult:
+    def _unsupported(self, drafted: Drafted, why: str) -> AnswerResult:
         """No answer to show: nothing relevant was retrieved, or every draft declined."""
-        extras.unsupported_reason = why
-        return AnswerResult(text="", mode=self.mode, citations=[], supported=False, extras=extras, stats=stats,
-                            searched=searched)
+        drafted.extras.unsupported_reason = why
+        drafted.extras.choice = None
+        drafted.stats.total_s = time.perf_counter() - drafted.t0
+        return AnswerResult(text="", mode=self.mode, citations=[], supported=False, extras=drafted.extras,
+                            stats=drafted.stats, searched=drafted.searched)
+
+
+def decide(question: str, drafted: Drafted, own: GroundedDraft | None, own_result: AnswerResult | None,
+           aligner: EvidenceAligner | None, cfg: GroundedConfig, mode: str = "grounded") -> AnswerResult:
+    """Grounded's answer from its candidates: the answer model's own answer over all the chunks
+    (``own``, written and checked by the caller, ``own_result`` its checked result) and the
+    subset drafts, each checked against its chunks here. The answer model's answer is chosen when
+    its evidence check passes (it read every chunk: the drafts, each from a subset, are the
+    weaker writers); else the best-scoring draft that passes its own check and the verifier's
+    threshold, and that another candidate agrees with (two readings of different subsets giving
+    the same answer); else none is, and the answer is unsupported. No candidate holding a
+    number, name or unit found in no chunk and not in the question can be chosen."""
+    gs = drafted.extras
+    evidence: dict[int, AnswerEvidence] = {}
+    for j, d in enumerate(drafted.drafts):
+        if not may_answer(d):
+            continue
+        sources = [drafted.hits[i] for i in d.subset]
+        foreign = foreign_words(d.answer, [c.text for c in sources], question)
+        if foreign:
+            d.check = f'"{foreign[0]}" is in no document'
+        elif aligner is not None:
+            evidence[j], d.check = check_draft(aligner, d, sources, question)
+    candidates = ([own] if own is not None else []) + drafted.drafts
+    gs.drafts, gs.n_drafts = candidates, len(candidates)
+    stats = drafted.stats
+    if own_result is not None and own_result.stats is not None:
+        stats.generation = own_result.stats.generation
+    if own is not None and may_answer(own) and not own.check and own_result is not None:
+        gs.choice, gs.why_chosen = 0, "the answer model's own answer over all the chunks, which the documents support"
+        stats.total_s = time.perf_counter() - drafted.t0
+        return replace(own_result, mode=mode, extras=gs, stats=stats, searched=drafted.searched)
+    offset = len(candidates) - len(drafted.drafts)
+    backed = [j for j, d in enumerate(drafted.drafts) if may_answer(d) and not d.check and d.score >= cfg.min_score
+              and any(agree(d.answer, c.answer) for c in candidates if c is not d and may_answer(c))]
+    stats.total_s = time.perf_counter() - drafted.t0
+    if not backed:
+        gs.choice = None
+        gs.unsupported_reason = (own.check if own is not None and own.check else
+                                 "no draft the documents support was agreed on by another candidate")
+        text = own.answer if own is not None and may_answer(own) else ""
+        ev = own_result.evidence if own_result is not None and text else None
+        return AnswerResult(text=text, mode=mode, citations=[], supported=False, extras=gs, stats=stats,
+                            searched=drafted.searched, evidence=ev)
+    j = max(backed, key=lambda i: drafted.drafts[i].score)
+    best = drafted.drafts[j]
+    gs.choice = offset + j
+    gs.why_chosen = "a draft the documents support, which another candidate agrees with"
+    citations, also = split_citations(evidence[j], drafted.hits) if j in evidence else (list(best.citations), [])
+    return AnswerResult(text=best.text, mode=mode, citations=citations, supported=True, extras=gs,
+                        stats=stats, searched=drafted.searched, also_searched=also, evidence=evidence.get(j))
+
 
 
 YES_NO = ("yes", "no")  # answers no text holds word for word: their rationale is their evidence

@@ -9,15 +9,17 @@ are concurrent requests to it and the verifier's scores are what it returns (``g
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from localrag.answer import Answerer, apply_policy
+from localrag.answer import DECLINED, Answerer, apply_policy
 from localrag.config import ModelConfig
 from localrag.engine import Engine
+from localrag.evidence import foreign_words, unsupported_reason
 from localrag.grounded import GroundedPipeline, drafter_problem
-from localrag.grounded.extras import GroundedExtras
+from localrag.grounded.extras import ANSWER_MODEL, GroundedDraft, GroundedExtras
 from localrag.grounded.remote import RemoteGroundedPipeline
 from localrag.modes.base import AnswerMode, AnswerRequest, ModeOptions, option
+from localrag.modes.plain import PlainMode, PlainOptions
 from localrag.results import AnswerProgress, AnswerResult
 
 AUTO, TARGET = "auto", "target"
@@ -25,7 +27,8 @@ AUTO, TARGET = "auto", "target"
 
 @dataclass(frozen=True)
 class GroundedOptions(ModeOptions):
-    n: int = option(10, "chunks retrieved (before the relevance gate)", int)
+    k: int = option(5, "chunks the answer model reads for its own answer (as Plain's k)", int)
+    n: int = option(10, "chunks retrieved for the drafts (before the relevance gate)", int)
     clusters: int = option(2, "k-means clusters of the retrieved chunks = chunks per draft", int)
     drafts: int = option(5, "drafts written, each from its own subset of the chunks", int)
     drafter: str = option(AUTO, "the model that writes the drafts: auto = the registry's draft model for the "
@@ -35,7 +38,7 @@ class GroundedOptions(ModeOptions):
 
     def validate(self) -> None:
         super().validate()
-        for name in ("n", "clusters", "drafts"):
+        for name in ("k", "n", "clusters", "drafts"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, not {getattr(self, name)}")
         if self.clusters > self.n:
@@ -89,18 +92,49 @@ class GroundedMode(AnswerMode):
         return answerer.models.engine(name, cfg)
 
     def stream(self, answerer: Answerer, request: AnswerRequest) -> Iterator[str | AnswerProgress | AnswerResult]:
-        """AnswerProgress while it searches, drafts (k of m done) and verifies; then the chosen
-        answer's text (none when refused) and the AnswerResult."""
+        """AnswerProgress while it searches, drafts (k of m done) and reads; then the answer model's own
+        answer as it is written; then the AnswerResult: that answer, a draft, or a refusal."""
         opts = self.options_of(request)
+        yield from self.answer_with(answerer, self.pipeline(answerer, opts), request, opts)
+
+    def answer_with(self, answerer: Answerer, pipeline: GroundedPipeline, request: AnswerRequest,
+                    opts: GroundedOptions | None = None) -> Iterator[str | AnswerProgress | AnswerResult]:
+        """``stream`` with a given pipeline (the benchmarks build their own). The drafts come first,
+        each from its subset of the relevant chunks; nothing relevant found means a refusal before
+        any answer is written. Then the answer model writes its own answer over the top-k chunks as
+        Plain does, streamed, checked against them; ``GroundedPipeline.decide`` picks the answer."""
+        opts = opts or self.options_of(request)
         index = answerer.index_for(request.collection)
         query = answerer.search_query(request.question, request.history)
-        pipeline = self.pipeline(answerer, opts)
-        for item in pipeline.stream(request.question, index, gen=request.gen, query=query):
-            if isinstance(item, AnswerProgress):
-                yield item
-                continue
-            why = item.extras.unsupported_reason if isinstance(item.extras, GroundedExtras) else ""
-            result = apply_policy(item, self.policy(request), why)
-            if result.text and not result.refused:
-                yield result.text
-            yield result
+        drafted = yield from pipeline.draft(request.question, index, gen=request.gen, query=query)
+        own, own_result = None, None
+        if drafted.hits and not request.cancelled:
+            own_request = replace(request, options=PlainOptions(k=opts.k, on_unsupported="warn"))
+            for item in MODES_PLAIN.stream(answerer, own_request):
+                if isinstance(item, AnswerResult):
+                    own_result = item
+                else:
+                    yield item
+            own = own_candidate(request.question, own_result)
+        result = pipeline.decide(request.question, drafted, own, own_result)
+        why = result.extras.unsupported_reason if isinstance(result.extras, GroundedExtras) else ""
+        yield apply_policy(result, self.policy(request), why)
+
+
+MODES_PLAIN = PlainMode()
+
+
+def own_candidate(question: str, result: AnswerResult) -> GroundedDraft:
+    """The answer model's own answer as a Grounded candidate: its mean log-probability is the paper's
+    length-normalised draft term; its check is Plain's evidence check (and no number, name or unit
+    found in no chunk)."""
+    gen = result.stats.generation if result.stats is not None else None
+    n = gen.generated_tokens if gen is not None else 0
+    mean = gen.mean_logprob if gen is not None and gen.mean_logprob is not None else float("nan")
+    chunks = [c.text for c in (*result.citations, *result.also_searched)]
+    foreign = foreign_words(result.text, chunks, question)
+    check = (f'"{foreign[0]}" is in no document' if foreign
+             else "" if result.supported else unsupported_reason(result.evidence) if result.text else DECLINED)
+    return GroundedDraft(answer=result.text, rationale="", citations=list(result.citations),
+                         draft_logprob=mean * n, reflection=float("nan"), score=mean, n_draft_tokens=n,
+                         origin=ANSWER_MODEL, check=check)

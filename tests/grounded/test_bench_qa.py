@@ -31,6 +31,7 @@ class _Reply:
 class _Result:
     extras: GroundedExtras
     supported: bool
+    text: str = ""
     stats: AnswerStats = field(default_factory=AnswerStats)
     evidence: None = None  # no evidence check (the pipeline was given no aligner)
 
@@ -56,7 +57,13 @@ class FakePipeline:
 
     def answer(self, question, index, gen, config):
         self.gens.append(gen)
-        return _Result(GroundedExtras(drafts=self.drafts), self.supported)
+        best = max((d for d in self.drafts if not d.dropped and "not in" not in d.answer), key=lambda d: d.score)
+        return _Result(GroundedExtras(drafts=self.drafts), self.supported, best.answer)
+
+
+def fake_grounded(answerer, pipeline: FakePipeline, request) -> _Result:
+    """Grounded's answer from the fake pipeline (the mode itself needs a real answerer)."""
+    return pipeline.answer(request.question, None, request.gen, None)
 
 
 DRAFTS = [_draft("the Pacific", -1.0, -0.5, dropped="its answer did not end within 32 tokens"),  # never picked
@@ -70,7 +77,8 @@ def test_each_method_reports_its_own_pick_from_the_same_drafts():
     rec = QARecord("Which coastline does Southern California touch?", ("doc",), ("Pacific",))
     pipeline, gen = FakePipeline(DRAFTS), GenerationConfig(max_tokens=32)
     row = run_question(FakeAnswerer("Answer: The Pacific."), FakeAnswerer("I don't know"), pipeline,
-                       rec, gen, GroundedConfig(min_score=-10.0), k=5, ask=fake_ask)  # every draft passes
+                       rec, gen, GroundedConfig(min_score=-10.0), k=5, ask=fake_ask,
+                       grounded_ask=fake_grounded)  # every draft passes
     assert pipeline.gens == [gen, gen]  # grounded and nocluster answer within the same limits as RAG
     picked = {m: p.answer for m, p in row.picks.items()}
     assert picked["rag"] == "The Pacific"
@@ -85,7 +93,7 @@ def test_unsupported_and_unanswerable_rows_abstain():
     unanswerable = QARecord("What is the capital of Mars?", ("doc",), ())
     row = run_question(FakeAnswerer("not in the documents"), FakeAnswerer("Olympus"),
                        FakePipeline(DRAFTS, supported=False), unanswerable, None, GroundedConfig(), k=5,
-                       ask=fake_ask)
+                       ask=fake_ask, grounded_ask=fake_grounded)
     picked = {m: p.answer for m, p in row.picks.items()}
     assert picked["rag"] is None and picked["grounded"] is None and picked["oracle"] is None
     assert picked["norag"] == "Olympus"
@@ -125,7 +133,7 @@ def test_reranked_takes_the_next_draft_whose_evidence_holds():
     rec = QARecord("Which ocean does Southern California touch?", ("doc",), ("Pacific",))
     row = run_question(FakeAnswerer("x"), FakeAnswerer("x"), FakePipeline(drafts, supported=False), rec, None,
                        GroundedConfig(min_score=-8.5), k=5, ask=fake_ask, aligner=EvidenceAligner(),
-                       methods=("grounded",))
+                       methods=("grounded",), grounded_ask=fake_grounded)
     assert row.picks["grounded"].answer is None and row.picks["unchecked"].answer == "Los Angeles"
     assert row.picks["reranked"].answer == "the Pacific Ocean"
     assert "rag" not in row.picks and "nocluster" not in row.picks  # only the methods asked for ran
