@@ -111,22 +111,37 @@ def test_the_registry_names_every_mode_once():
 
 
 def test_grounded_mode_streams_its_progress_then_the_checked_answer(index, drafter, verifier):
+    """Grounded: progress while it searches, drafts (k of m) and verifies; then the answer model's own
+    answer over the chunks, streamed as it is written; then the result: a candidate the documents
+    support (the streamed answer, or a draft), or a refusal marking none."""
     models = ModelHub(drafter, load_engine=lambda cfg: verifier)  # the verifier by name: the loaded Gemma
     ans = Answerer(drafter, index, models, AnswerConfig(grounded=GroundedConfig(rationale_tokens=16)))
-    progress: list[AnswerProgress] = []
-    request = ask("grounded", drafts=2, drafter="target", verifier="gemma3-270m")
-    text, result = _collect(get_mode("specrag").stream(ans, request), progress)
+    items = list(get_mode("specrag").stream(ans, ask("grounded", drafts=2, drafter="target", verifier="gemma3-270m")))
+    result = items[-1]
+    assert isinstance(result, AnswerResult)
+    pieces = [i for i, x in enumerate(items[:-1]) if isinstance(x, str)]
+    progress = [x for x in items[:-1] if isinstance(x, AnswerProgress)]
+    assert pieces and all(isinstance(x, AnswerProgress) for x in items[:pieces[0]])  # all progress first
     extras = result.extras
     assert isinstance(extras, GroundedExtras) and extras.scoring == "drafter + reflection"
-    assert result.mode == "grounded" and len(extras.drafts) >= 1 and result.on_unsupported == "refuse"
-    assert text == ("" if result.refused else result.text) and result.refused == (not result.supported)
-    assert result.evidence is not None and [c.chunk_id for c in result.citations] == list(result.evidence.cited)
-    assert extras.n_drafts == len(extras.drafts) and result.stats.generation is None
-    # searching, drafting 0 of m .. m of m (as drafts finish), verifying: all before the text
-    m = len(extras.drafts)
-    assert progress[0].stage == "searching" and progress[-1].stage == "verifying"
-    drafting = [(p.done, p.total) for p in progress[1:-1]]
-    assert drafting[0] == (0, m) and drafting[-1] == (m, m) and {p.stage for p in progress[1:-1]} == {"drafting"}
+    assert result.mode == "grounded" and result.on_unsupported == "refuse"
+    own, drafts = extras.drafts[0], extras.drafts[1:]
+    assert own.origin == "answer model" and drafts and {d.origin for d in drafts} == {"drafter"}
+    assert "".join(items[i] for i in pieces).strip() == own.answer  # the answer model's answer, streamed
+    assert extras.n_drafts == len(extras.drafts) and result.stats.generation.generated_tokens > 0
+    assert result.refused == (not result.supported)
+    if result.supported:
+        chosen = extras.drafts[extras.chosen()]
+        assert result.text == chosen.text and not chosen.check
+        assert result.evidence is not None and [c.chunk_id for c in result.citations] == list(result.evidence.cited)
+    else:
+        assert extras.chosen() is None and extras.unsupported_reason
+    # searching, drafting 0 of m .. m of m (as drafts finish), verifying: before the answer is written
+    m = len(drafts)
+    assert progress[0].stage == "searching"
+    verifying = next(i for i, p in enumerate(progress) if p.stage == "verifying")
+    drafting = [(p.done, p.total) for p in progress[1:verifying]]
+    assert drafting[0] == (0, m) and drafting[-1] == (m, m) and {p.stage for p in progress[1:verifying]} == {"drafting"}
     assert [d for d, _ in drafting] == sorted({d for d, _ in drafting})
     assert progress[1].message == f"Drafting answers: 0 of {m} done…"
 

@@ -13,7 +13,7 @@ import pytest
 from localrag.answer import apply_policy
 from localrag.config import GenerationConfig, GroundedConfig
 from localrag.evidence import EvidenceAligner, is_refusal
-from localrag.grounded.drafting import SpanCopy, chunk_tokens, draft_prompt, write_drafts
+from localrag.grounded.drafting import SpanCopy, chunk_tokens, draft_messages, draft_prompt, write_drafts
 from localrag.grounded.pipeline import GroundedPipeline, retrieve
 from localrag.grounded.scoring import score_drafts, verifier_tokens
 
@@ -30,6 +30,23 @@ def _logsoftmax(row: np.ndarray) -> np.ndarray:
 
 def _prompts(drafter, corpus_texts: list[str]) -> list[list[int]]:
     return [draft_prompt(drafter, NOTICE_Q, texts, CFG) for texts in corpus_texts]
+
+
+# A worked turn that makes SmolLM2 write rationales of several lengths (without one it writes one or
+# none), so the limit's two ways of ending a rationale are both exercised; the app's prompt has none.
+WORKED = [{"role": "user", "content": "Documents:\n[1] The Eiffel Tower was built for the 1889 World's Fair in "
+                                      "Paris. It is 330 metres tall and was designed by the engineering company of "
+                                      "Gustave Eiffel.\n\nQuestion: Whose company designed the Eiffel Tower?"},
+          {"role": "assistant", "content": "Rationale: It is 330 metres tall and was designed by the engineering "
+                                           "company of Gustave Eiffel.\nAnswer: Gustave Eiffel"}]
+
+
+def _worked_prompts(drafter, corpus_texts: list[str]) -> list[list[int]]:
+    out = []
+    for texts in corpus_texts:
+        msgs = draft_messages(NOTICE_Q, texts, CFG)
+        out.append(drafter.encode_prompt(drafter.prompt.render([msgs[0], *WORKED, *msgs[1:]]) + "Rationale:"))
+    return out
 
 
 SUBSETS = [
@@ -101,7 +118,7 @@ def test_a_rationale_at_its_limit_ends_at_a_sentence_end(drafter):
     """At its token limit a rationale ends at its last sentence end, its KV cut back to it, or runs
     on to finish its sentence (within twice the limit): the drafter never copies a cut sentence into
     its answer. The answer is the drafter's own continuation of the kept rationale alone."""
-    prompts = _prompts(drafter, SUBSETS)
+    prompts = _worked_prompts(drafter, SUBSETS)
     free = write_drafts(drafter.backend, prompts, CFG.with_(rationale_tokens=64), max_answer_tokens=64)
     cfg = CFG.with_(rationale_tokens=20)
     limited = write_drafts(drafter.backend, prompts, cfg, max_answer_tokens=64)
