@@ -74,7 +74,8 @@ if [[ ! -x .venv/bin/localrag ]] || [[ "$(cat "$project_file" 2>/dev/null)" != "
   isolation=""
   .venv/bin/python -c "import setuptools, wheel, sys; sys.exit(int(setuptools.__version__.split('.')[0]) < 64)" \
     2>/dev/null && isolation=--no-build-isolation
-  .venv/bin/python -m pip install -q --no-deps $isolation -e .
+  # (setuptools' warning that a folder named like the package may shadow it: here it is the package)
+  PYTHONWARNINGS="ignore:Editable installation" .venv/bin/python -m pip install -q --no-deps $isolation -e .
   echo "$project_id" > "$project_file"
 fi
 if ! command -v tesseract >/dev/null; then
