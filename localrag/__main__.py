@@ -1,11 +1,12 @@
-"""Command line: ``python -m localrag <command> ...``.
+"""Command line: ``localrag <command> ...`` (or ``python -m localrag <command> ...``).
 
 Each area of the engine contributes its own subcommands through an
-``add_cli(subparsers)`` function; this module only assembles them.
+``add_cli(subparsers)`` function; this module only assembles them. ``pyproject.toml`` installs
+``main`` as the ``localrag`` command (``scripts/setup.sh``: an editable install into .venv).
 
-    python -m localrag models
-    python -m localrag generate "The capital of France is" --json
-    python -m localrag chat
+    localrag models
+    localrag generate "The capital of France is" --json
+    localrag chat
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ CLI_MODULES = (core, rag_cli, watch_cli, bench_cli, ask, api_cli)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m localrag", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="localrag", description="Chat with your own documents, on this machine.")
     sub = parser.add_subparsers(dest="command", required=True)
     for module in CLI_MODULES:
         module.add_cli(sub)

@@ -2,7 +2,8 @@
 # Idempotent setup: virtualenv at .venv/, pinned requirements (llama-cpp-python builds from
 # source for this CPU: ~8 min on 2 cores, once), Tesseract OCR (Debian tesseract-ocr, for scanned PDFs),
 # bundled models placed in models/ (the Qwen pair assembled there once, 1.6 GB), the embedding
-# model converted to int8 ONNX (offline, once).
+# model converted to int8 ONNX (offline, once), and the project installed editable (the `localrag`
+# command).
 # Re-runs are fast: pip runs again only when a requirements file changed (a --dev install also
 # counts as the runtime one).
 #   scripts/setup.sh          runtime only
@@ -61,6 +62,21 @@ if [[ ! -f "$stamp" ]]; then
   .venv/bin/python -m pip install -q --no-cache-dir "${args[@]}"
   echo "$CMAKE_ARGS" > "$flags_file"
   touch "$stamp" "$runtime_stamp"
+fi
+# The project itself, editable (the `localrag` command in .venv/bin, the code read from this
+# checkout): again when the command is missing, pyproject.toml changed or the checkout moved.
+# --no-deps: the pins above are the dependencies. Built with the venv's own setuptools when it has
+# them (a python3.11 venv does), so a re-run needs no network; else pip fetches them.
+project_id="$(sha256sum pyproject.toml | cut -c1-16) $PWD"
+project_file=.venv/.localrag-project
+if [[ ! -x .venv/bin/localrag ]] || [[ "$(cat "$project_file" 2>/dev/null)" != "$project_id" ]]; then
+  echo "[setup] installing localrag (editable) for the localrag command"
+  isolation=""
+  .venv/bin/python -c "import setuptools, wheel, sys; sys.exit(int(setuptools.__version__.split('.')[0]) < 64)" \
+    2>/dev/null && isolation=--no-build-isolation
+  # (setuptools' warning that a folder named like the package may shadow it: here it is the package)
+  PYTHONWARNINGS="ignore:Editable installation" .venv/bin/python -m pip install -q --no-deps $isolation -e .
+  echo "$project_id" > "$project_file"
 fi
 if ! command -v tesseract >/dev/null; then
   echo "[setup] installing Debian tesseract-ocr (OCR of scanned PDF pages)"

@@ -1,21 +1,23 @@
-"""scripts/setup.sh's install stamps, build flags and patched build, run against a fake virtualenv (no pip, no apt,
-no network)."""
+"""scripts/setup.sh's install stamps, build flags, patched build and editable install, run against a fake
+virtualenv (no pip, no apt, no network); and the `localrag` command of the virtualenv that runs the tests."""
 
 from __future__ import annotations
 
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
 # logs its arguments; `pip download DIR` leaves an sdist-shaped tarball in DIR; llama_cpp counts as
-# importable unless FAKE_LLAMA_MISSING is set
+# importable unless FAKE_LLAMA_MISSING is set; `pip install -e .` puts the localrag command beside it
 FAKE_PYTHON = """#!/bin/sh
 echo "$*" >> "$CALLS"
 case "$*" in
   *"import llama_cpp"*) [ -z "$FAKE_LLAMA_MISSING" ] ;;
+  *"pip install"*"-e ."*) touch "$(dirname "$0")/localrag"; chmod +x "$(dirname "$0")/localrag" ;;
   *"pip download"*)
     dir=$(echo "$*" | sed 's/.* -d //; s/ .*//')
     mkdir -p "$dir/llama_cpp_python-0.3.36/vendor/llama.cpp"
@@ -38,7 +40,7 @@ def _checkout(tmp_path: Path) -> Path:
     shutil.copy(ROOT / "scripts" / "setup.sh", repo / "scripts" / "setup.sh")
     (repo / "localrag").mkdir()
     shutil.copy(ROOT / "localrag" / "cpu_flags.py", repo / "localrag" / "cpu_flags.py")
-    for name in ("requirements.txt", "requirements-dev.txt"):
+    for name in ("requirements.txt", "requirements-dev.txt", "pyproject.toml"):
         shutil.copy(ROOT / name, repo / name)
     (repo / "scripts" / "patches").mkdir()
     (repo / "scripts" / "patches" / "fake.patch").write_text(FAKE_PATCH)
@@ -133,3 +135,44 @@ def test_a_venv_without_the_build_record_or_without_llama_cpp_is_built_again(tmp
     assert _setup(repo) == 1 and _built(repo)
     _append(repo / "requirements.txt", "# changed again\n")
     assert _setup(repo, FAKE_LLAMA_MISSING="1") == 1 and _built(repo)
+
+
+def _installed_editable(repo: Path) -> bool:
+    """Whether the last setup.sh run installed the project itself (editable, without dependencies)."""
+    return any(line.startswith("-m pip install") and "--no-deps" in line and line.endswith("-e .")
+               for line in (repo / "calls.log").read_text().splitlines())
+
+
+def test_the_project_is_installed_editable_once_and_again_when_pyproject_changes(tmp_path):
+    repo = _checkout(tmp_path)
+    _setup(repo, "--dev")
+    assert _installed_editable(repo) and (repo / ".venv" / "bin" / "localrag").is_file()
+    _setup(repo)  # scripts/run.sh after scripts/test.sh: the command is there
+    assert not _installed_editable(repo)
+    _setup(repo, "--dev")
+    assert not _installed_editable(repo)
+    _append(repo / "pyproject.toml", "# changed\n")
+    assert _setup(repo) == 0 and _installed_editable(repo)  # the project again, not the requirements
+    (repo / ".venv" / "bin" / "localrag").unlink()
+    _setup(repo, "--dev")
+    assert _installed_editable(repo)
+    moved = tmp_path / "moved"
+    shutil.copytree(repo, moved, symlinks=True)
+    _setup(moved)  # another checkout: the editable install must read its code, not the old one's
+    assert _installed_editable(moved)
+
+
+def test_the_localrag_command_of_this_virtualenv_parses_its_subcommands():
+    """scripts/setup.sh installs the project editable, so .venv/bin/localrag exists beside the python
+    that runs the tests (``python -m localrag`` needs no install and keeps working)."""
+    command = Path(sys.executable).parent / "localrag"
+    assert command.is_file(), f"{command} is missing: run scripts/setup.sh (it installs the project editable)"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    for args in (["--help"], ["ask", "--help"]):
+        out = subprocess.run([str(command), *args], capture_output=True, text=True, timeout=120, env=env,
+                             cwd=ROOT.parent)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.startswith("usage: localrag" + (" ask" if args[0] == "ask" else "")), out.stdout[:200]
+    module = subprocess.run([sys.executable, "-m", "localrag", "ask", "--help"], capture_output=True, text=True,
+                            timeout=120, env=env, cwd=ROOT)
+    assert module.returncode == 0 and module.stdout.startswith("usage: localrag ask"), module.stderr

@@ -5,6 +5,7 @@ generation queue as the UI.
     python app.py                     # the UI at /, the API at /v1, the MCP tools at /mcp, one process
 
 Submodules: ``schemas`` (requests, validated), ``answering`` (one request in its turn),
-``responses`` (OpenAI bodies), ``routes`` (/v1), ``mcp_tools`` (/mcp), ``app`` (the server, the
-API key), ``cli`` (``serve``), ``errors`` (the OpenAI error shape).
+``responses`` (OpenAI bodies), ``routes`` (/v1), ``documents`` (/v1/documents: add and list files),
+``mcp_tools`` (/mcp), ``app`` (the server, the API key), ``cli`` (``serve``), ``errors`` (the OpenAI
+error shape).
 """

@@ -1,7 +1,7 @@
 """The HTTP server of the API and the MCP tools: one FastAPI app over one ``Services``, so the
 models, the indexes and the generation queue are the UI's own when both run in one process.
 
-    app = create_app(services, host="127.0.0.1", api_key=None)   # /v1/... and /mcp
+    app = create_app(services, host="127.0.0.1", api_key=None)   # /v1/... (documents too) and /mcp
     run(app, "127.0.0.1", 8000)                                    # uvicorn, until Ctrl-C
 
 The launcher (``localrag.launch``) mounts the Gradio page on the same app at ``/``.
@@ -18,6 +18,7 @@ import uvicorn
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from localrag.api.documents import build_documents_router
 from localrag.api.errors import ApiError, install_error_handlers
 from localrag.api.mcp_tools import build_mcp
 from localrag.api.routes import build_router
@@ -66,6 +67,7 @@ def create_app(services: Services, host: str = "127.0.0.1", api_key: str | None 
     app = FastAPI(title="localrag", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     install_error_handlers(app)
     app.include_router(build_router(services))
+    app.include_router(build_documents_router(services))
     app.router.routes.extend(mcp_http.routes)  # the /mcp route (its session manager runs in our lifespan)
     app.add_middleware(ApiKeyMiddleware, api_key=api_key)
     return app

@@ -1,7 +1,7 @@
 """``python -m localrag serve``: the API and MCP tools without the UI.
 
-    python -m localrag serve [--host 127.0.0.1] [--port 8000] [--model NAME|PATH] [--index-dir DIR]
-                             [--data-dir DIR] [--api-key KEY]
+    localrag serve [--host 127.0.0.1] [--port 8000] [--model NAME|PATH] [--index-dir DIR]
+                   [--data-dir DIR] [--api-key KEY] [--max-file-mb MB]
 
 Binds 127.0.0.1 unless --host says otherwise. With --api-key (or LOCALRAG_API_KEY), every call
 must carry ``Authorization: Bearer KEY``. The folders the collections watch (``python -m localrag

@@ -1,5 +1,6 @@
 """The server options the app's launchers share (``python app.py`` and ``python -m localrag serve``):
-where to bind, which model, which folders, the API key, how many may wait; turned into one AppConfig.
+where to bind, which model, which folders, the API key, how many may wait, the largest file; turned
+into one AppConfig.
 
     p = argparse.ArgumentParser(); add_server_args(p, default_port=7860)
     cfg = server_config(p.parse_args())
@@ -15,6 +16,7 @@ from pathlib import Path
 from localrag.app.config import AppConfig
 from localrag.backends.endpoint import EndpointConfig
 from localrag.config import ModelConfig
+from localrag.rag.config import IndexConfig
 
 API_KEY_ENV = "LOCALRAG_API_KEY"
 ENGINE_KEY_ENV = "LOCALRAG_ENGINE_KEY"
@@ -32,6 +34,9 @@ def add_server_args(p: argparse.ArgumentParser, default_port: int) -> None:
                    help=f"require 'Authorization: Bearer KEY' on every API and MCP call ({API_KEY_ENV})")
     p.add_argument("--max-waiting", type=int, default=AppConfig().max_waiting,
                    help="requests that may wait for the model; more are refused with 429")
+    p.add_argument("--max-file-mb", type=int, default=None, metavar="MB",
+                   help=f"refuse uploaded and ingested files over this size (default {IndexConfig.max_file_mb}; "
+                        "0 = no limit)")
     add_endpoint_args(p)
 
 
@@ -62,6 +67,8 @@ def server_config(a: argparse.Namespace) -> AppConfig:
                     endpoint=endpoint_config(a))
     if a.index_dir:
         cfg = replace(cfg, index=cfg.index.with_(index_dir=a.index_dir.expanduser().resolve()))
+    if a.max_file_mb is not None:  # ValueError below 0
+        cfg = replace(cfg, index=cfg.index.with_(max_file_mb=a.max_file_mb))
     if a.data_dir:
         cfg = replace(cfg, data_dir=a.data_dir.expanduser().resolve())
     return cfg

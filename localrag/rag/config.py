@@ -103,6 +103,13 @@ class IndexConfig:
             env["index_dir"] = Path(env["index_dir"])
         return cls(**env)
 
+    def size_refusal(self, size: int) -> str:
+        """Why a file of ``size`` bytes is refused ('' when it is not): over ``max_file_mb``."""
+        limit = self.max_file_mb
+        if limit and size > limit * 2**20:
+            return f"file is {size / 2**20:.0f} MB, over the per-file limit of {limit} MB (max_file_mb)"
+        return ""
+
     def with_(self, **changes) -> IndexConfig:
         return replace(self, **changes)
 

@@ -282,11 +282,9 @@ class IngestRun:
             return _Decided(target, "failed", reason=target.error)
         try:
             st = check_file(target.path)
-            limit = self.p.config.max_file_mb
-            if limit and st.st_size > limit * 2**20:
-                raise ParseError(
-                    f"file is {st.st_size / 2**20:.0f} MB, over the per-file limit of {limit} MB (max_file_mb)"
-                )
+            refused = self.p.config.size_refusal(st.st_size)
+            if refused:
+                raise ParseError(refused)
             digest = file_sha256(target.path)
         except ParseError as exc:
             return _Decided(target, "failed", reason=str(exc))

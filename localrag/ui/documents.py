@@ -22,12 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from localrag.app.services import Services
-from localrag.rag.config import IndexConfig
+from localrag.app.uploads import UploadError, collection_error, inside, stage_uploads
 from localrag.rag.records import IngestEvent, WatchedFolder
 from localrag.rag.watch import FolderState
 from localrag.ui.render import display_path
 from localrag.ui.settings import Settings
-from localrag.ui.uploads import UploadError, inside, stage_uploads
 
 
 @dataclass
@@ -96,11 +95,7 @@ class DocsController:
 
     def check_collection(self, name: str) -> str:
         """'' when usable, else why not (names are letters, digits, '-' and '_')."""
-        try:
-            IndexConfig(index_dir=self.s.config.index_dir, collection=(name or "").strip())
-        except ValueError as exc:
-            return str(exc)
-        return ""
+        return collection_error((name or "").strip())
 
     def remove(self, collection: str, path: str) -> str:
         if not path:

@@ -31,6 +31,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from localrag.app.history import Turn
+from localrag.app.uploads import document_name
 from localrag.evidence import unsupported_reason
 from localrag.modes import get_mode
 from localrag.results import AnswerEvidence, AnswerStats, Citation, ModeExtras
@@ -453,13 +454,4 @@ def first_sentence(turn: Turn, limit: int = HISTORY_ANSWER_CHARS) -> str:
 
 def display_path(path: str, uploads_dir: Path) -> str:
     """Uploaded files by their name within the collection; other paths in full."""
-    p = Path(path)
-    try:
-        rel = p.relative_to(uploads_dir.resolve())
-        return str(Path(*rel.parts[1:])) if len(rel.parts) > 1 else str(rel)
-    except ValueError:
-        try:
-            rel = p.relative_to(uploads_dir)
-            return str(Path(*rel.parts[1:])) if len(rel.parts) > 1 else str(rel)
-        except ValueError:
-            return str(p)
+    return document_name(path, uploads_dir)

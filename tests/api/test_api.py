@@ -239,7 +239,7 @@ def test_max_tokens_is_capped(server):
     assert r.choices[0].message.content and r.usage.completion_tokens <= 2048
 
 
-def test_an_mcp_client_session_lists_and_calls_both_tools(server):
+def test_an_mcp_client_session_lists_the_tools_and_calls_search_and_ask(server):
     async def session():
         async with streamable_http_client(server.base + "/mcp") as (read, write), ClientSession(read, write) as s:
             await s.initialize()
@@ -252,7 +252,7 @@ def test_an_mcp_client_session_lists_and_calls_both_tools(server):
             return tools, found, asked, missing
 
     tools, found, asked, missing = asyncio.run(session())
-    assert set(tools) == {"search_documents", "ask_documents"}
+    assert set(tools) == {"search_documents", "ask_documents", "add_documents"}
     assert set(tools["ask_documents"].input_schema["properties"]) == {"question", "collection", "mode"}
     assert not found.is_error
     hits = json.loads(found.content[0].text)["hits"]  # the tool's JSON, as an MCP client reads it

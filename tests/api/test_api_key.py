@@ -37,6 +37,8 @@ def keyed(docs_index):
 ROUTES = [("GET", "/v1/models", None),
           ("POST", "/v1/chat/completions", {"model": MODEL, "messages": COLOURS, "max_tokens": 2}),
           ("POST", "/v1/embeddings", {"model": "all-MiniLM-L6-v2", "input": "x"}),
+          ("GET", "/v1/documents", None),
+          ("POST", "/v1/documents", None),
           ("GET", "/v1/nowhere", None),
           ("POST", "/mcp", {"jsonrpc": "2.0", "id": 1, "method": "tools/list"})]
 
@@ -69,7 +71,7 @@ def test_the_key_opens_every_route(keyed):
             await session.initialize()
             return sorted(t.name for t in (await session.list_tools()).tools)
 
-    assert asyncio.run(mcp_tools(KEY)) == ["ask_documents", "search_documents"]
+    assert asyncio.run(mcp_tools(KEY)) == ["add_documents", "ask_documents", "search_documents"]
     with pytest.raises(Exception):  # noqa: B017 - the SDK wraps the 401 in its own error types
         asyncio.run(mcp_tools(None))
 

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from localrag.app.history import ChatStore, Turn, make_title
+from localrag.app.uploads import UploadError, inside, safe_name, stage_uploads
 from localrag.grounded.extras import GroundedDraft, GroundedExtras
 from localrag.results import AnswerStats, Citation, GenerationStats, RasdStats
-from localrag.ui.uploads import UploadError, inside, safe_name, stage_uploads
 
 
 def test_a_chat_stored_before_modes_had_extras_reads_back(tmp_path):
