@@ -22,10 +22,19 @@ not cover it all: an answer that joins two passages):
               sentences holding the matches), with the embedder given
     context   share of the question's content words found in the window or the sentence itself:
               a short answer copied from a passage about something else scores low
-    missing   numbers, names and dates of the sentence that the evidence does not contain; any such
-              word makes the sentence unsupported ('number "4.5" not in the sources')
+    missing   numbers, names and dates of the sentence that the evidence does not contain, a number
+              the evidence never writes with the sentence's unit ("30 minutes" beside "30 days"),
+              and a file path it does not write whole; any makes the sentence unsupported
+              ('number "4.5" not in the sources')
     judge     optional: the judge's P(yes) that the window supports the claim, while its time
               stays within the budget
+
+and rules that keep a sentence unsupported whatever it scores, because "supported" means the
+sources answer the question with what the sentence adds to it: a sentence that adds nothing (the
+question's own words said back), one whose added words no source holds (only the question's words
+were found), and one whose added words a source says only inside a condition ("if you get no reply
+within 6 business days, escalate"), unless the question asks about that condition or its
+consequence. A "Yes, ..." or "No, ..." answers with the question's words and is exempt.
 
 and per answer, given by the caller where known:
 

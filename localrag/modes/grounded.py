@@ -1,7 +1,8 @@
 """Grounded mode (Speculative RAG): a small drafter writes answers-with-rationale from chunk subsets,
-the larger verifier scores them; the best draft, checked against the chunks it was written from,
-with the chunks its evidence cites, or an honest "your documents do not support an answer" (its
-default: refuse rather than warn). The paper's split: a specialist drafter, a generalist verifier.
+the larger verifier scores them, and the answer model writes its own answer over all the chunks;
+the answer model's answer when the documents support it, else a supported draft another candidate
+agrees with, else an honest "your documents do not support an answer" (its default: refuse rather
+than warn; ``GroundedPipeline.decide``). The paper's split: a specialist drafter, a generalist verifier.
 By default the drafter is the registry's draft model for the loaded target (the 0.5B for the Qwen
 1.5B; one vocabulary) and the verifier is the loaded target itself. On a serving engine, the drafts
 are concurrent requests to it and the verifier's scores are what it returns (``grounded.remote``)."""
@@ -49,9 +50,9 @@ class GroundedMode(AnswerMode):
     id = "grounded"
     label = "Grounded (Speculative RAG)"
     aliases = ("specrag",)
-    summary = ("drafts from chunk subsets scored by a verifier; refuses when nothing supports an answer. "
-               "Only as good as its drafter's best draft: with the bundled pair on a 2-core CPU it answered "
-               "in 0.45x Plain's time but reached SQuAD F1 30 against Plain's 70 (bench qa --n 100)")
+    summary = ("the answer model's own answer over the chunks beside drafts from chunk subsets scored by a "
+               "verifier; shows a candidate only when the documents support it, else refuses. Slower than "
+               "Plain: the drafts come on top of Plain's answer")
     on_unsupported = "refuse"
     options_type = GroundedOptions
 
