@@ -18,6 +18,9 @@ from localrag.bench.speed_peer import CppPeers, PeerUnavailable, peer_tools
 from localrag.config import GenerationConfig, ModelConfig
 from localrag.engine import Engine
 from localrag.generation import Generation, PlainDecoder
+from tests.conftest import require_or_skip
+
+pytestmark = pytest.mark.slow
 
 MODEL = "qwen2.5-coder-0.5b-instruct"
 DOC = "The ferry to Lind Island leaves from pier 14 at 7:40 every weekday morning, and from pier 9 at weekends."
@@ -29,7 +32,7 @@ def peers():
     try:
         tools = peer_tools()
     except PeerUnavailable as exc:
-        pytest.skip(str(exc))
+        require_or_skip(str(exc))
     engine = Engine.load(ModelConfig(model=MODEL, n_ctx=2048))
     yield CppPeers(tools, engine, n_ctx=2048, draft_model=Path(engine.backend.model_spec.path))
     engine.close()

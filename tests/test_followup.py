@@ -101,12 +101,14 @@ def names(chunks) -> list[str]:
     return [Path(c.file).name for c in chunks]
 
 
+@pytest.mark.slow
 def test_the_corpus_needs_the_conversation(index):
     """The premise of the tests below: the follow-up alone finds the garden, rewritten the telescope."""
     assert names(index.search(FOLLOWUP, 1)) == ["garden.txt"]
     assert names(index.search(search_query(FOLLOWUP, HISTORY), 1)) == ["zephyr.md"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["plain", "speedup"])
 def test_the_modes_search_a_follow_up_with_the_conversation(smollm2_engine, index, mode):
     """What the UI and the API run: the mode, given the earlier turns, searches with their key terms
@@ -121,6 +123,7 @@ def test_the_modes_search_a_follow_up_with_the_conversation(smollm2_engine, inde
     assert f'searched "{FOLLOWUP} Zephyr telescope observe sky" in' in followed.searched
 
 
+@pytest.mark.slow
 def test_grounded_mode_searches_a_follow_up_with_the_conversation(smollm2_engine, index):
     answerer = Answerer(smollm2_engine, index)
     one = get_mode("grounded").options({"n": 1, "clusters": 1, "drafts": 1, "drafter": "target"})
@@ -129,6 +132,7 @@ def test_grounded_mode_searches_a_follow_up_with_the_conversation(smollm2_engine
     assert f'searched "{FOLLOWUP} Zephyr telescope observe sky" in' in result.searched
 
 
+@pytest.mark.slow
 def test_a_follow_up_in_the_ui_chat_retrieves_the_earlier_topic(smollm2_engine, docs_dir, tmp_path):
     services = Services(AppConfig(data_dir=tmp_path / "data", index=IndexConfig(index_dir=docs_dir / "index")),
                         engine=smollm2_engine)
@@ -151,6 +155,7 @@ def localrag(*args: str, home: Path) -> subprocess.CompletedProcess:
                           cwd=ROOT, timeout=300)
 
 
+@pytest.mark.slow
 def test_search_with_history_searches_as_the_app_does(docs_dir, tmp_path):
     history = tmp_path / "chat.json"
     history.write_text(json.dumps(list(HISTORY)))
@@ -163,6 +168,7 @@ def test_search_with_history_searches_as_the_app_does(docs_dir, tmp_path):
     assert f'searched: "{FOLLOWUP} Zephyr telescope observe sky"' in followed.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("content, says", [
     ("not json", "is not JSON"),
     ('{"role": "user", "content": "hi"}', "must be a JSON list"),
@@ -178,6 +184,7 @@ def test_search_with_a_bad_history_file_is_one_error_line(docs_dir, tmp_path, co
     assert out.stderr.startswith("error: ") and says in out.stderr and len(out.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_ask_with_history_follows_up(docs_dir, tmp_path):
     history = tmp_path / "chat.json"
     history.write_text(json.dumps(list(HISTORY)))

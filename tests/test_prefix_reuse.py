@@ -43,6 +43,7 @@ def test_in_order_keeps_the_earlier_order_then_the_rest_by_relevance():
     assert [h.chunk_id for h in in_order(hits, [])] == ["d", "b", "e", "a"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["plain", "speedup"])
 def test_a_follow_up_reads_only_its_question_and_answers_as_a_fresh_prefill(smollm2_engine, index, mode):
     answerer = Answerer(smollm2_engine, index)
@@ -68,6 +69,7 @@ def test_a_follow_up_reads_only_its_question_and_answers_as_a_fresh_prefill(smol
     assert again.stats.generation.reused_prompt_tokens == len(prompt) - 1 and again.text == follow.text
 
 
+@pytest.mark.slow
 def test_a_long_prompt_is_read_in_pieces_with_progress_and_the_same_logits(smollm2_engine, index):
     """Plain mode says how far a long prompt has got ("reading your documents: n of N tokens"),
     and reading it in pieces gives the logits of one prefill, bit for bit."""

@@ -16,19 +16,36 @@ import llama_cpp
 import numpy as np
 import pytest
 
+from localrag.llamacpp_build import cmake_flags
+from tests.conftest import require_or_skip
+
 QK_K = 256
 Q4_KX8 = 16 * 2 + 96 + 1024  # block_q4_Kx8: d[8], dmin[8] (fp16), scales[96], qs[1024]
 Q8_KX4 = 4 * 4 + 4 * QK_K + QK_K // 4 * 2  # block_q8_Kx4: d[4] (f32), qs[1024], bsums[64] (i16)
 
 LIB = ctypes.CDLL(str(Path(llama_cpp.__file__).parent / "lib" / "libggml-cpu.so"))
-if not hasattr(LIB, "ggml_gemm_q4_K_8x8_q8_K_rows"):
-    pytest.skip("this llama.cpp has no Q4_K row kernel (an AVX-512 build with our patch has)",
-                allow_module_level=True)
+PATCHED = hasattr(LIB, "ggml_cpu_repack_batch_invariant")
+HAS_KERNEL = hasattr(LIB, "ggml_gemm_q4_K_8x8_q8_K_rows")
 
 P, INT = ctypes.c_void_p, ctypes.c_int
 LIB.ggml_quantize_mat_q8_K_4x8.argtypes = [P, P, ctypes.c_int64]
 LIB.ggml_gemm_q4_K_8x8_q8_K.argtypes = [INT, P, ctypes.c_size_t, P, P, INT, INT]
-LIB.ggml_gemm_q4_K_8x8_q8_K_rows.argtypes = [INT, P, ctypes.c_size_t, P, P, INT, INT, INT]
+if HAS_KERNEL:
+    LIB.ggml_gemm_q4_K_8x8_q8_K_rows.argtypes = [INT, P, ctypes.c_size_t, P, P, INT, INT, INT]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def row_kernel() -> None:
+    """Our patched build has the kernel where it was built for AVX-512: an unpatched build, or an
+    AVX-512 one without it, fails under CI (``require_or_skip``); a build without AVX-512 skips."""
+    if not PATCHED:
+        require_or_skip(f"{LIB._name} is unpatched: no ggml_cpu_repack_batch_invariant (scripts/setup.sh "
+                        "applies scripts/patches/ before it builds llama-cpp-python)")
+    if not HAS_KERNEL:
+        if "-DGGML_AVX512=ON" in cmake_flags():
+            require_or_skip(f"{LIB._name}: an AVX-512 build of our patch without its Q4_K row kernel")
+        pytest.skip(f"cpu: llama.cpp was built without AVX-512 ({' '.join(cmake_flags())}), so without our "
+                    "patch's AVX-512 Q4_K row kernel")
 
 
 def weights(rng: np.random.Generator, n: int, nc: int) -> np.ndarray:

@@ -8,12 +8,16 @@ Run: .venv/bin/python -m pytest tests/test_speedup_measuring.py -q
 
 from __future__ import annotations
 
+import pytest
+
 from localrag.answer import Answerer
 from localrag.config import GenerationConfig
 from localrag.modes import AnswerRequest, get_mode
 from localrag.rag import DocumentIndex, IndexConfig
 from localrag.results import AnswerProgress, AnswerResult
 from tests.sample_docs import write_sample_docs
+
+pytestmark = pytest.mark.slow
 
 QUESTION = "Where does the Zephyr telescope observe the sky from?"
 

@@ -9,17 +9,19 @@ from localrag.backends.endpoint import EndpointEngine
 from localrag.backends.llama_server import LlamaServer, LlamaServerConfig
 from localrag.llamacpp_build import BuildUnavailable, llama_programs
 from localrag.models import resolve
+from tests.conftest import require_or_skip
 
 ALIAS = "smollm2"
 
 
 @pytest.fixture(scope="session")
 def server_exe():
-    """The llama-server program; the first run builds it (minutes on 2 cores)."""
+    """The llama-server program; the first run builds it (minutes on 2 cores). A failed build fails
+    the test under CI (``require_or_skip``)."""
     try:
         return llama_programs(["llama-server"])["llama-server"]
     except BuildUnavailable as exc:
-        pytest.skip(str(exc))
+        require_or_skip(str(exc))
 
 
 @pytest.fixture(scope="session")

@@ -51,10 +51,22 @@ def test_a_rationale_without_a_sentence_end_is_cut_at_twice_its_limit_and_shown_
 
 
 def test_the_remote_cut_is_the_in_process_rule_asked_at_every_length():
-    """``_rationale`` asks ``rationale_end`` as the in-process drafter does before each next piece."""
-    pieces = [" x", " y", " z.", " w", " v", " u", " t", " s"]
-    assert rationale_end(pieces[:4], 3) == (3, False)
-    assert text(_rationale(toks(*pieces), 3)[0]) == " x y z."
+    """``_rationale`` asks ``rationale_end`` as the in-process drafter does before each next piece:
+    every limit, every length of what the server sent, sentence ends early, late and never."""
+    def in_process(pieces: list[str], limit: int) -> tuple[str, str]:
+        kept: list[str] = []
+        for piece in pieces:  # the drafter's loop: at the limit, ask before taking the next piece
+            if len(kept) >= limit and (end := rationale_end([*kept, piece], limit)) is not None:
+                return "".join(kept[:end[0]]), piece if end[1] else ""
+            kept.append(piece)
+        return "".join(kept), ""
+
+    for pieces in ([" x", " y", " z.", " w", " v", " u", " t", " s"], [" a", " b", " c", " d", " e.", " F", " g"],
+                   [" one", " two", " thr", "ee", " four", " five", " six"], [" P.", " Q.", " R", " S.", " T"]):
+        for n in range(1, len(pieces) + 1):
+            for limit in range(1, n + 1):
+                got, nxt = _rationale(toks(*pieces[:n]), limit)
+                assert (text(got), nxt) == in_process(pieces[:n], limit), (pieces[:n], limit)
 
 
 def test_an_answer_ends_at_its_first_sentence_end_and_one_past_its_limit_is_incomplete():

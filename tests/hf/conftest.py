@@ -73,4 +73,4 @@ def has_gpu() -> bool:
     return torch.cuda.is_available() or bool(mps and mps.is_available())
 
 
-gpu_only = pytest.mark.skipif(not has_gpu(), reason="needs a CUDA or MPS device")
+gpu_only = pytest.mark.skipif(not has_gpu(), reason="gpu: needs a CUDA or MPS device")

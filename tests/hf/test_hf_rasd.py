@@ -159,17 +159,27 @@ def test_real_cross_backend_gguf_draft_equals_plain(hf_smollm2):
 
 
 @pytest.mark.slow
-def test_real_gguf_conversion_cache_reloads_identically(hf_smollm2):
-    """The dequantized GGUF is saved once as an HF folder; a reload from it gives the same model."""
+def test_real_gguf_conversion_cache_reloads_identically(hf_smollm2, monkeypatch):
+    """The dequantized GGUF is saved once as an HF folder; a reload reads that folder (the GGUF is
+    not converted again) and gives the same model."""
     import os
 
+    from localrag.backends import hf_compat
     from localrag.backends.hf import HFBackend, gguf_cache_folder
 
     if os.environ.get("LOCALRAG_HF_GGUF_CACHE", "1") == "0":
         pytest.skip("GGUF conversion cache disabled")
-    assert (gguf_cache_folder(hf_smollm2.model_spec.path) / "config.json").exists()
+    cached = gguf_cache_folder(hf_smollm2.model_spec.path)
+    assert (cached / "config.json").exists()
+    loads, load_model = [], hf_compat.load_model
+
+    def counted(folder, gguf_file, *args):
+        loads.append((folder, gguf_file))
+        return load_model(folder, gguf_file, *args)
+
+    monkeypatch.setattr(hf_compat, "load_model", counted)
     again = HFBackend(hf_smollm2.config)
-    assert again.load_seconds < 30 and again.vocab_pieces() == hf_smollm2.vocab_pieces()
+    assert loads == [(cached, None)] and again.vocab_pieces() == hf_smollm2.vocab_pieces()
     ids = hf_smollm2.tokenize("Hello there", add_special=True)
     hf_smollm2.reset()
     np.testing.assert_array_equal(again.prefill(ids), hf_smollm2.prefill(ids))

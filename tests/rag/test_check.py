@@ -23,6 +23,7 @@ from hnsw_files import cut_off, level0_only, persist_every_write, save_whole_gra
 from rag_docgen import SMALL_CHUNKS, assert_consistent, prose, write
 
 from localrag.rag.check import IndexCheck
+from tests.conftest import require_or_skip
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIM = Path(__file__).with_name("killat.c")
@@ -209,7 +210,7 @@ def kill_shim(tmp_path_factory) -> Path:
     """The LD_PRELOAD shim that SIGKILLs a process when it opens a named file for writing."""
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
-        pytest.skip("no C compiler to build the kill shim")
+        require_or_skip("no C compiler (cc or gcc) to build the kill shim")
     out = tmp_path_factory.mktemp("shim") / "killat.so"
     subprocess.run([cc, "-shared", "-fPIC", "-O2", "-o", str(out), str(SHIM), "-ldl"], check=True)
     return out

@@ -21,6 +21,8 @@ from localrag.rag.chunk import Chunker
 from localrag.rag.embed import OnnxEmbedding, TorchEmbedding, make_embedder, onnx_model_path
 from localrag.rag.parse import parse_file
 
+pytestmark = pytest.mark.slow  # the torch MiniLM and further ONNX sessions, beyond the session's embedder
+
 NOTES = "# Garden notes\n\n## Tomatoes\n\nTomatoes need full sun and deep watering twice a week.\n"
 
 
@@ -124,7 +126,6 @@ def test_conversion_refuses_a_model_it_cannot_reproduce(tmp_path):
         check_convertible(tmp_path)
 
 
-@pytest.mark.slow
 def test_missing_onnx_file_is_built_on_first_use(model_path, embedder, monkeypatch, tmp_path, capfd):
     monkeypatch.setenv("LOCALRAG_MODELS_DIR", str(tmp_path / "models"))
     fresh = OnnxEmbedding(model_path)

@@ -142,6 +142,7 @@ def test_chunk_setting_change_rechunks_everything(make_index, tmp_path):
     assert_consistent(idx2)
 
 
+@pytest.mark.slow  # loads a second embedding model
 def test_embedding_model_change_reembeds_into_new_space(make_index, tmp_path, model_path):
     doc = write(tmp_path / "n.md", NOTES)
     old = make_index()

@@ -21,11 +21,28 @@ def test_plan_goes_wide_when_verification_is_cheap():
     assert k == 40 and gain > 5
 
 
+def beta_mean_less_sd(accepted: float, rejected: float) -> float:
+    """Mean less one standard deviation of Beta(accepted, rejected) (a and b > 0)."""
+    a, b = accepted, rejected
+    return a / (a + b) - (a * b / ((a + b) ** 2 * (a + b + 1))) ** 0.5
+
+
+def test_a_draft_buckets_prior_is_the_middle_of_its_confidence_range():
+    """Draft probabilities are taken as they are: an unseen bucket's prior is the midpoint of the
+    confidences it holds, for every confidence from 0 to 1."""
+    ranges = list(zip((0.0, *Calibrator.EDGES), (*Calibrator.EDGES, 1.0), strict=True))
+    for c in [i / 200 for i in range(201)]:
+        lo, hi = next((lo, hi) for lo, hi in ranges if lo <= c < hi or c == hi == 1.0)
+        assert Calibrator().mean(Calibrator().key("d1", c)) == pytest.approx((lo + hi) / 2), c
+
+
 def test_calibrator_learns():
     cal = Calibrator()
     key = cal.key("d1", 0.6)
-    assert cal.mean(key) == 0.625  # prior: the bucket's own confidence
-    assert 0.3 < cal.p(key) < 0.4  # planned with a lower bound while data are few
+    assert cal.mean(key) == pytest.approx((0.5 + 0.75) / 2)  # prior: the middle of its bucket, 0.5 to 0.75
+    # planned with a lower bound while data are few: the prior, weight 2, as Beta(2 m, 2 (1 - m))
+    m, w = (0.5 + 0.75) / 2, 2.0
+    assert cal.p(key) == pytest.approx(beta_mean_less_sd(w * m, w * (1 - m)))
     for _ in range(20):
         cal.update(key, False)
     assert cal.p(key) < 0.1
@@ -48,7 +65,10 @@ def test_calibrator_new_bucket_starts_from_its_source_in_its_match_class():
         cal.update(cal.key("r2", 0.6, 3), False)
     fresh = cal.key("r2", 0.95, 3)
     assert cal.mean(fresh) < 0.15
-    assert cal.mean(cal.key("r2", 0.95, 9)) == pytest.approx(0.95 * 0.85)  # MIDS[6] x MATCH_CLASS_TRUST[5]
+    # another match class's data leave it as it was: its prior, below the top bucket's midpoint
+    # (0.9 to 1) and at most the 89% of first nodes measured accepted after 8 or more matched tokens
+    long_copy = cal.mean(cal.key("r2", 0.95, 9))
+    assert long_copy == pytest.approx(Calibrator().mean(cal.key("r2", 0.95, 9))) and 0.5 < long_copy <= 0.89
     assert cal.mean(cal.key("d1", 0.95, 0)) == 0.95
     for _ in range(20):  # the bucket's own data still decides
         cal.update(fresh, True)

@@ -75,10 +75,9 @@ def test_greedy_rasd_equals_plain(smollm2_engine, use_budget):
         got, noise = _run_recorded(engine, ids, cfg, dec, rec)
         assert got == rec["tokens"], text
         assert noise == 0.0  # the verified rows are plain's logits, bit for bit
-        if not use_budget:
-            assert dec.stats.spec_steps == dec.stats.steps or dec.stats.plain_steps > 0
-    if not use_budget:
-        assert dec.stats.mean_accepted >= 1.0
+        st = dec.stats
+        if text.startswith("Repeat"):  # a copy: trees were verified, and accepted past the bonus token
+            assert st.spec_steps > 0 and st.mean_accepted > 1.5, (st.spec_steps, st.mean_accepted)
 
 
 def test_probe_schedule_outlives_an_answer(smollm2_engine, smollm2_draft):
@@ -201,7 +200,10 @@ def test_speedup_estimate_comes_from_this_answers_own_steps(smollm2_engine):
     st = dec.stats
     assert st.plain_steps == st.steps >= 8 and st.mean_accepted == 1.0
     assert st.speedup_method == "plain steps"
-    assert 0.5 < st.speedup_vs_plain <= 1.2, (st.speedup_vs_plain, st.tokens * dec.cost(1) / st.decode_busy_s)
+    # Plain's token time is the median of this answer's own plain forwards, not the curve's T(1)
+    own = float(np.median(dec._plain_forward_s))
+    assert len(dec._plain_forward_s) == st.plain_steps and st.t1_ms == pytest.approx(own * 1e3)
+    assert st.speedup_vs_plain == pytest.approx(st.tokens * own / st.decode_busy_s)
 
 
 def _kv_clean(be) -> None:

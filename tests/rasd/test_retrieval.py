@@ -1,8 +1,6 @@
-"""Retrieval datastore: suffix-array matches, incremental context, trie with counts, speed."""
+"""Retrieval datastore: suffix-array matches, incremental context, trie with counts, a long match in a large datastore."""
 
 from __future__ import annotations
-
-import time
 
 import numpy as np
 
@@ -61,20 +59,17 @@ def test_context_index_tracks_generated_tokens():
     assert k == 0 and len(tree) == 1
 
 
-def test_lookup_is_fast_on_a_large_datastore():
+def test_lookup_finds_a_long_match_in_a_large_datastore():
+    """A 10-token copy in 200k tokens of noise (its time per lookup: ``lookup_ms_mean`` in ``bench speed``)."""
     rng = np.random.default_rng(1)
     docs = [rng.integers(0, 30000, size=20000).tolist() for _ in range(10)]  # 200k tokens
     ds = Datastore(separator=50000)
     ds.set_documents(docs)
     ctx = rng.integers(0, 30000, size=2000).tolist() + docs[3][500:510]
     ds.set_context(ctx)
-    ds.lookup(ctx, ctx[-1], 8)
-    t0 = time.perf_counter()
-    for _ in range(20):
-        tree, k = ds.lookup(ctx, ctx[-1], 8)
-    per = (time.perf_counter() - t0) / 20
+    tree, k = ds.lookup(ctx, ctx[-1], 8)
     assert k >= 10 and tree.tokens[1] == docs[3][510]
-    assert per < 0.005, f"lookup took {per * 1e3:.2f} ms"  # one target forward is >= ~7 ms here
+    assert ds.lookup(ctx, ctx[-1], 8)[0].tokens == tree.tokens  # a second lookup finds the same
 
 
 def test_trie_nodes_keep_the_corpus_position_they_were_copied_from():

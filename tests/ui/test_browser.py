@@ -14,6 +14,7 @@ refusals, Stop, the modes and the restart test the page, not the model.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -29,6 +30,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import require_or_skip
 from tests.sample_docs import GARDEN as GARDEN_NOTES
 from tests.sample_docs import ZEPHYR
 from tests.ui.conftest import REPORT_PAGES, make_pdf
@@ -103,10 +105,16 @@ class App:
                 self.proc.wait()
 
 
-def _app(tmp_path, model: str | None):
+def require_browser() -> None:
+    """Chromium and Playwright are there; a failure under CI, else a skip (``require_or_skip``)."""
     if not Path(CHROMIUM).exists():
-        pytest.skip(f"{CHROMIUM} not installed (scripts/setup.sh --dev installs Debian's chromium)")
-    pytest.importorskip("playwright.sync_api")
+        require_or_skip(f"{CHROMIUM} not installed (scripts/setup.sh --dev installs Debian's chromium)")
+    if importlib.util.find_spec("playwright") is None:
+        require_or_skip("playwright is not installed (scripts/setup.sh --dev installs it)")
+
+
+def _app(tmp_path, model: str | None):
+    require_browser()
     return App(tmp_path, model)
 
 

@@ -7,19 +7,17 @@ forgets the folder while its documents stay.
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import pytest
 
-from tests.ui.test_browser import CHROMIUM, GARDEN, ZEPHYR, App, open_app, wait_text
+from tests.ui.test_browser import GARDEN, ZEPHYR, App, open_app, require_browser, wait_text
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 
 @pytest.fixture
 def app(tmp_path):
-    if not Path(CHROMIUM).exists():
-        pytest.skip(f"{CHROMIUM} not installed (scripts/setup.sh --dev installs Debian's chromium)")
+    require_browser()
     a = App(tmp_path)
     yield a
     a.stop()

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from localrag.app.history import ChatStore, Turn, make_title
@@ -115,4 +113,4 @@ def test_stage_refuses_symlink_target_and_missing_source(tmp_path):
     assert outside.read_text() == "keep me"
     with pytest.raises(UploadError, match="missing"):
         stage_uploads([tmp_path / "nope.txt"], target)
-    assert isinstance(Path(target), Path)
+    assert [p.name for p in target.iterdir()] == ["link.txt"]  # neither refusal wrote a file
