@@ -32,16 +32,16 @@ def torch_embedder(model_path) -> TorchEmbedding:
 
 
 @pytest.fixture(scope="module")
-def readme_chunks(counter) -> list[str]:
-    """Real prose, headings and code: this project's README cut as the index cuts it."""
-    chunks = [c.text for c in Chunker(counter, 200, 32).chunks(parse_file(repo_root() / "README.md"))]
+def prose_chunks(counter) -> list[str]:
+    """Real prose, headings and code: this project's design document cut as the index cuts it."""
+    chunks = [c.text for c in Chunker(counter, 200, 32).chunks(parse_file(repo_root() / "docs" / "design.md"))]
     assert len(chunks) >= 40
     return chunks
 
 
-def test_onnx_vectors_stay_close_to_torch(embedder, torch_embedder, readme_chunks):
-    onnx_vecs, torch_vecs = embedder.embed(readme_chunks), torch_embedder.embed(readme_chunks)
-    assert onnx_vecs.shape == torch_vecs.shape == (len(readme_chunks), 384)
+def test_onnx_vectors_stay_close_to_torch(embedder, torch_embedder, prose_chunks):
+    onnx_vecs, torch_vecs = embedder.embed(prose_chunks), torch_embedder.embed(prose_chunks)
+    assert onnx_vecs.shape == torch_vecs.shape == (len(prose_chunks), 384)
     assert np.allclose(np.linalg.norm(onnx_vecs, axis=1), 1.0, atol=1e-4)
     cosine = (onnx_vecs * torch_vecs).sum(axis=1)
     assert cosine.min() >= 0.98 and np.median(cosine) >= 0.99, (cosine.min(), np.median(cosine))
@@ -49,13 +49,13 @@ def test_onnx_vectors_stay_close_to_torch(embedder, torch_embedder, readme_chunk
     assert not np.allclose(onnx_vecs, torch_vecs, atol=1e-4)
 
 
-def test_onnx_vector_of_a_text_does_not_depend_on_its_neighbours(model_path, readme_chunks):
-    alone = OnnxEmbedding(model_path).embed([readme_chunks[3]])[0]
-    mixed = OnnxEmbedding(model_path, batch_size=16).embed(readme_chunks[:16])[3]
+def test_onnx_vector_of_a_text_does_not_depend_on_its_neighbours(model_path, prose_chunks):
+    alone = OnnxEmbedding(model_path).embed([prose_chunks[3]])[0]
+    mixed = OnnxEmbedding(model_path, batch_size=16).embed(prose_chunks[:16])[3]
     assert np.array_equal(alone, mixed)
 
 
-def test_a_question_runs_on_threads_that_sleep_and_a_batch_on_threads_that_spin(model_path, readme_chunks):
+def test_a_question_runs_on_threads_that_sleep_and_a_batch_on_threads_that_spin(model_path, prose_chunks):
     """ONNX Runtime's threads spin after a run; after a question the model computes next."""
     emb = OnnxEmbedding(model_path)
     runs: list[str] = []
@@ -68,7 +68,7 @@ def test_a_question_runs_on_threads_that_sleep_and_a_batch_on_threads_that_spin(
         setattr(emb, f"_{name}", session)
     emb.embed(["how often do tomatoes need water?"])
     assert runs == ["quiet_session"]
-    emb.embed(["how often do tomatoes need water?", *readme_chunks[:8]])
+    emb.embed(["how often do tomatoes need water?", *prose_chunks[:8]])
     assert runs[1:] == ["session"] * 8  # the question's vector came from the cache
     # both sessions give a text the same vector: test_onnx_vector_of_a_text_does_not_depend_on_its_neighbours
 
