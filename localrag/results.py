@@ -230,6 +230,7 @@ class GenerationStats:
 
     prompt_tokens: int = 0
     reused_prompt_tokens: int = 0
+    placed_prompt_tokens: int = 0  # read from the chunk KV cache instead (approximate prefill)
     generated_tokens: int = 0
     steps: int = 0
     prefill_seconds: float = 0.0
