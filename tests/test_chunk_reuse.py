@@ -102,6 +102,21 @@ def test_kept_prefix_keeps_no_placed_kv_for_an_exact_prefill_and_only_same_place
     assert kept_prefix([(10, 20)], [(10, 20)], 8) == 8
 
 
+def test_prefill_is_an_option_of_plain_and_speedup_exact_by_default_and_checked(capsys):
+    from localrag.__main__ import build_parser
+
+    for mode in ("plain", "speedup"):
+        assert get_mode(mode).options({}).prefill == "exact"
+        assert get_mode(mode).options({"prefill": "reuse"}).prefill == "reuse"
+        with pytest.raises(ValueError, match="prefill must be one of exact, reuse"):
+            get_mode(mode).options({"prefill": "fast"})
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["ask", "--help"])
+    assert "approximate" in " ".join(capsys.readouterr().out.split())
+    args = build_parser().parse_args(["ask", "q", "--prefill", "reuse"])
+    assert args.opt_prefill == "reuse"
+
+
 @pytest.mark.slow
 def test_reuse_off_reads_every_token_as_before(answerer, smollm2_engine):
     """The default prefill is the exact one: every prompt token decoded, and the answer's tokens are

@@ -199,7 +199,8 @@ class ChunkReuse:
                 self.stats.misses += 1
                 self.stats.computed_tokens += s.end - s.start
                 if self.store is not None:
-                    self.store.put(key, blob)
+                    with contextlib.suppress(OSError):  # a full or read-only disk: the answer goes on
+                        self.store.put(key, blob)
             else:
                 self.stats.hits += 1
             self._place(be, blob, prompt[cut:s.end], s.start - prefix)
