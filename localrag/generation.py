@@ -225,6 +225,7 @@ class Generation:
             yield from self.reuse.read(be, self.prompt_tokens, step)
             self._logits = self.reuse.logits
             stats.placed_prompt_tokens = self.reuse.stats.placed_tokens
+            stats.computed_prompt_tokens = self.reuse.stats.computed_tokens
         else:
             todo = self.prompt_tokens[reused:]
             for start in range(0, len(todo), step):

@@ -146,12 +146,13 @@ def test_reuse_reads_fewer_tokens_and_a_hit_gives_the_kv_of_a_miss(answerer, smo
     cold = read(answerer, Q1)
     assert cold.reuse.stats.misses == K and cold.reuse.stats.hits == 0
     placed = cold.stats.placed_prompt_tokens
+    assert cold.stats.computed_prompt_tokens == sum(s.end - s.start for s in cold.reuse.usable(len(cold.prompt_tokens)))
     assert placed > K * 40 and be.placed and be.tokens == cold.prompt_tokens
     cold_logits = cold._logits
     be.reset()
     with counting(be) as seen:
         warm = read(answerer, Q1)
-    assert warm.reuse.stats.hits == K and warm.reuse.stats.misses == 0
+    assert warm.reuse.stats.hits == K and warm.reuse.stats.misses == 0 and warm.stats.computed_prompt_tokens == 0
     assert seen[0] == len(warm.prompt_tokens) - placed  # the chunks' cached cells are not decoded
     assert (warm._logits == cold_logits).all()  # the same KV, hit or miss
     be.reset()

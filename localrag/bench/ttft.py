@@ -62,7 +62,7 @@ PREFILLS = ("exact", "reuse")
 class FirstWords:
     kind: str
     ttft_s: float
-    read_tokens: int  # prompt tokens prefilled (not from the KV cache, not placed from the chunk cache)
+    read_tokens: int  # prompt tokens decoded (none from the KV cache or placed from the chunk cache; misses count)
     reused_tokens: int  # prompt tokens taken from the KV cache
     prefill_tps: float
     decode_tps: float
@@ -81,7 +81,7 @@ def first_words(answerer: Answerer, request: AnswerRequest, kind: str, same_chun
         elif not isinstance(item, str):
             result = item
     g = result.stats.generation
-    read = g.prompt_tokens - g.reused_prompt_tokens - g.placed_prompt_tokens
+    read = g.prompt_tokens - g.reused_prompt_tokens - g.placed_prompt_tokens + g.computed_prompt_tokens
     return FirstWords(kind, ttft if ttft is not None else float("nan"), read, g.reused_prompt_tokens,
                       read / g.prefill_seconds if g.prefill_seconds else 0.0, g.decode_tps, same_chunks), result.text
 
