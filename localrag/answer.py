@@ -27,8 +27,10 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from localrag.backends.base import Backend
+from localrag.backends.chunk_reuse import ChunkReuse, chunk_spans, model_identity, supports_reuse
 from localrag.backends.endpoint import EndpointEngine, EndpointGeneration
-from localrag.config import GenerationConfig, GroundedConfig, ModelConfig, RasdConfig
+from localrag.backends.kv_store import KVStore
+from localrag.config import ChunkCacheConfig, GenerationConfig, GroundedConfig, ModelConfig, RasdConfig
 from localrag.engine import Engine
 from localrag.evidence import EvidenceAligner, EvidenceConfig, declines, split_citations, unsupported_reason
 from localrag.generation import Decoder, Generation
@@ -74,9 +76,17 @@ class PromptTooLong(ValueError):
         self.tokens, self.n_ctx = tokens, n_ctx
 
 
+PREFILLS = ("exact", "reuse")  # how a prompt's chunks are read: exactly, or their KV from a cache
+
+
+def source_text(hit: Hit) -> str:
+    """One source as the prompt lists it, after its number: ``(label) text``."""
+    return f"({hit.citation()}) {hit.text.strip()}"
+
+
 def sources_block(hits: Sequence[Hit]) -> str:
     """Numbered sources for a prompt: ``[1] (label) text``."""
-    return "\n\n".join(f"[{i}] ({h.citation()}) {h.text.strip()}" for i, h in enumerate(hits, start=1))
+    return "\n\n".join(f"[{i}] {source_text(h)}" for i, h in enumerate(hits, start=1))
 
 
 def in_order(hits: Sequence[Hit], before: Sequence[str]) -> list[Hit]:
@@ -150,6 +160,7 @@ class AnswerConfig:
     evidence: EvidenceConfig | None = None  # None: the constants fitted for the answer model (EvidenceConfig.for_model)
     followup: FollowupConfig = field(default_factory=FollowupConfig)
     instructions: str = RAG_INSTRUCTIONS
+    chunk_cache: ChunkCacheConfig = field(default_factory=ChunkCacheConfig)  # for prefill="reuse"
 
 
 class ModelHub:
@@ -213,6 +224,8 @@ class Answerer:
         self.config = config or AnswerConfig()
         self._aligner: EvidenceAligner | None = None
         self._runtimes: dict[tuple, object] = {}
+        self._kv_store: KVStore | None = None
+        self._identity: str | None = None
 
     @property
     def remote(self) -> bool:
@@ -306,17 +319,42 @@ class Answerer:
         return tokens, gen.with_(max_tokens=min(gen.max_tokens, room))
 
     def generate(self, messages: Sequence[dict], gen: GenerationConfig, decoder: Decoder | None = None,
-                 fit: bool = True, cancel=None) -> Generation | EndpointGeneration:
+                 fit: bool = True, cancel=None, reuse: Sequence[Hit] = ()) -> Generation | EndpointGeneration:
         """The reply to ``messages``, to iterate for its pieces: here, laid out, tokenized and fitted
         to the context (``fit``: oldest history turns dropped; else the conversation as given, or
         PromptTooLong), decoded with ``decoder``; on a serving engine, sent as they are (the server
-        lays them out with its own template; ``cancel`` closes the stream)."""
+        lays them out with its own template; ``cancel`` closes the stream). ``reuse``: the chunks
+        in the prompt whose KV may come from the chunk cache (the approximate prefill, where the
+        backend can: ``can_reuse``); empty: the whole prompt is read exactly."""
         if isinstance(self.engine, EndpointEngine):
             return self.engine.chat(messages, gen, cancel=cancel)
         if fit:
-            return self.engine.reply(self.fit_prompt(messages, gen), gen, decoder=decoder)
-        tokens, gen = self.chat_prompt(messages, gen)
-        return self.engine.reply(tokens, gen, decoder=decoder)
+            tokens = self.fit_prompt(messages, gen)
+        else:
+            tokens, gen = self.chat_prompt(messages, gen)
+        plan = self.chunk_reuse(tokens, reuse) if reuse and self.can_reuse else None
+        return self.engine.reply(tokens, gen, decoder=decoder, reuse=plan)
+
+    @property
+    def can_reuse(self) -> bool:
+        """Whether the approximate prefill works here (llama.cpp in this process, a model whose
+        positions can be shifted)."""
+        return not self.remote and supports_reuse(self.engine.backend)
+
+    def kv_store(self) -> KVStore:
+        """The chunk KV cache on disk (``AnswerConfig.chunk_cache``)."""
+        if self._kv_store is None:
+            cfg = self.config.chunk_cache
+            self._kv_store = KVStore(cfg.path, cfg.max_bytes)
+        return self._kv_store
+
+    def chunk_reuse(self, tokens: Sequence[int], hits: Sequence[Hit]) -> ChunkReuse:
+        """The approximate prefill of prompt ``tokens`` listing ``hits`` (``source_text``)."""
+        backend, cfg = self.engine.backend, self.config.chunk_cache
+        if self._identity is None:
+            self._identity = model_identity(backend)
+        spans = chunk_spans(backend, tokens, [(h.chunk_id, source_text(h)) for h in hits])
+        return ChunkReuse(self.kv_store(), spans, head=cfg.head, min_tokens=cfg.min_tokens, identity=self._identity)
 
     # ------------------------------------------------------------ the check
     def evidence_aligner(self) -> EvidenceAligner:

@@ -199,3 +199,30 @@ class RasdConfig:
     probe_every: int = 16  # plain steps before a speculative step is probed again
     calibrate: bool = True  # measure T(k) at load (else a linear guess, for unit tests)
     use_retrieval: bool = True  # use the retrieval drafter (False: draft tree only)
+
+
+@dataclass(frozen=True)
+class ChunkCacheConfig:
+    """The approximate prefill's chunk KV cache (``localrag.backends.chunk_reuse``; used only when an
+    answer asks for ``prefill="reuse"``).
+
+    folder: where entries live (None: ``<LOCALRAG_CACHE_DIR>/chunk-kv``).
+    max_bytes: the size cap; the least recently used entries go first (about 28 KiB a token for
+        the 1.5B model: 2 GiB holds some 500 chunks of 140 tokens).
+    head: tokens at the head of each chunk read at their place, attending to the chunks before
+        (EPIC's recompute); the rest of the chunk's KV comes from the cache.
+    min_tokens: a chunk with fewer than ``head + min_tokens`` tokens is read exactly.
+    """
+
+    folder: Path | None = None
+    max_bytes: int = 2 << 30
+    head: int = 16
+    min_tokens: int = 16
+
+    def __post_init__(self) -> None:
+        if self.max_bytes < 0 or self.head < 0 or self.min_tokens < 1:
+            raise ValueError("chunk cache: max_bytes and head must be >= 0, min_tokens >= 1")
+
+    @property
+    def path(self) -> Path:
+        return Path(self.folder) if self.folder is not None else default_cache_dir() / "chunk-kv"

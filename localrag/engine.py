@@ -13,6 +13,7 @@ UI-free. The CLI, the Gradio app and the benchmarks all talk to this:
 from __future__ import annotations
 
 from localrag.backends.base import Backend
+from localrag.backends.chunk_reuse import ChunkReuse
 from localrag.backends.loader import load_backend
 from localrag.config import GenerationConfig, ModelConfig
 from localrag.generation import Decoder, Generation, PlainDecoder
@@ -67,11 +68,13 @@ class Engine:
         prompt_tokens: list[int],
         config: GenerationConfig,
         decoder: Decoder | None = None,
+        reuse: ChunkReuse | None = None,
     ) -> Generation:
         """Reply to a conversation already laid out and tokenized by ``chat_tokens`` (for a caller
-        that needs the prompt's length first: rendering the template takes ~1.5 ms)."""
+        that needs the prompt's length first: rendering the template takes ~1.5 ms). ``reuse``: the
+        approximate prefill of its chunks (None: exact)."""
         config = config.with_(stop=tuple(config.stop) + self.prompt.stop)
-        return Generation(self.backend, prompt_tokens, decoder or PlainDecoder(), config)
+        return Generation(self.backend, prompt_tokens, decoder or PlainDecoder(), config, reuse=reuse)
 
     def close(self) -> None:
         self.backend.close()

@@ -22,6 +22,7 @@ from typing import Protocol
 import numpy as np
 
 from localrag.backends.base import Backend
+from localrag.backends.chunk_reuse import ChunkReuse, kept_prefix
 from localrag.config import GenerationConfig
 from localrag.repetition import RepetitionGuard
 from localrag.results import GenerationStats, RasdStats
@@ -190,8 +191,10 @@ class Generation:
         prompt_tokens: list[int],
         decoder: Decoder,
         config: GenerationConfig,
+        reuse: ChunkReuse | None = None,
     ):
         self.backend = backend
+        self.reuse = reuse  # the approximate prefill (chunks' KV from a cache); None: exact
         self.prompt_tokens = list(prompt_tokens)
         self.decoder = decoder
         self.config = config
@@ -206,19 +209,28 @@ class Generation:
     def read(self) -> Iterator[tuple[int, int]]:
         """Read the prompt into the KV cache (what iterating does first), in pieces, yielding
         (tokens read, tokens to read) after each piece, so a caller can show how far a long prompt
-        has got. The longest common prefix with the cache is kept, as ever. Pieces of READ_STEP
+        has got. The longest common prefix with the cache is kept, as ever (up to where the cache
+        was built otherwise than this prefill builds: ``kept_prefix``). Pieces of READ_STEP
         tokens where the backend is batch-invariant (the same logits however the prompt is cut),
-        else of its ``n_batch``, the pieces its own prefill makes: the same answer either way."""
+        else of its ``n_batch``, the pieces its own prefill makes: the same answer either way.
+        With ``reuse``, the retrieved chunks' KV comes from their cache (approximate)."""
         be, stats = self.backend, self.stats
         t0 = time.perf_counter()
-        reused = common_prefix(be.tokens, self.prompt_tokens)
+        planned = self.reuse.planned(len(self.prompt_tokens)) if self.reuse is not None else []
+        reused = kept_prefix(be.placed, planned, common_prefix(be.tokens, self.prompt_tokens))
         be.truncate(reused)
         stats.reused_prompt_tokens = reused
-        todo = self.prompt_tokens[reused:]
         step = READ_STEP if be.deterministic else be.n_batch
-        for start in range(0, len(todo), step):
-            self._logits = be.prefill(todo[start:start + step])
-            yield min(start + step, len(todo)), len(todo)
+        if self.reuse is not None:
+            yield from self.reuse.read(be, self.prompt_tokens, step)
+            self._logits = self.reuse.logits
+            stats.placed_prompt_tokens = self.reuse.stats.placed_tokens
+            stats.computed_prompt_tokens = self.reuse.stats.computed_tokens
+        else:
+            todo = self.prompt_tokens[reused:]
+            for start in range(0, len(todo), step):
+                self._logits = be.prefill(todo[start:start + step])
+                yield min(start + step, len(todo)), len(todo)
         stats.prefill_seconds = time.perf_counter() - t0
 
     @property
@@ -314,7 +326,7 @@ def common_prefix(cached: Sequence[int], prompt: Sequence[int]) -> int:
 def backend_sync(backend: Backend, prompt: list[int], stats: GenerationStats | None = None) -> np.ndarray:
     """Make the committed context equal `prompt`, reusing the longest common prefix
     already in the KV cache (chat turns), and return the logits after it."""
-    common = common_prefix(backend.tokens, prompt)
+    common = kept_prefix(backend.placed, [], common_prefix(backend.tokens, prompt))
     backend.truncate(common)
     if stats is not None:
         stats.reused_prompt_tokens = common

@@ -230,6 +230,8 @@ class GenerationStats:
 
     prompt_tokens: int = 0
     reused_prompt_tokens: int = 0
+    placed_prompt_tokens: int = 0  # read from the chunk KV cache instead (approximate prefill)
+    computed_prompt_tokens: int = 0  # chunk tokens decoded to fill the chunk KV cache (its misses)
     generated_tokens: int = 0
     steps: int = 0
     prefill_seconds: float = 0.0

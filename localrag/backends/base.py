@@ -43,6 +43,9 @@ class Backend(ABC):
     # a token's logits are the same bits however its context was batched (prompt cache, prefill
     # chunks, tree verification), so greedy decoding gives the same tokens in every mode
     deterministic: bool = False
+    # positions [a, b) of the committed context whose KV was placed from a chunk cache
+    # (``localrag.backends.chunk_reuse``): approximate, so an exact prefill never keeps them
+    placed: Sequence[tuple[int, int]] = ()
 
     @property
     def add_bos(self) -> bool:

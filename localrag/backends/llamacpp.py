@@ -173,6 +173,7 @@ class LlamaCppBackend(Backend):
         self._tree_leaves = 0
         self.n_pinned = 0  # rejected tree nodes pinned below the frontier (module docstring)
         self._pinned_since = 0  # n_past of the first tree step that pinned a cell
+        self.placed: list[tuple[int, int]] = []  # positions [a, b) placed from a chunk cache (chunk_reuse)
 
     # --- vocabulary -------------------------------------------------------------
     def tokenize(self, text: str, add_special: bool = False, parse_special: bool = True) -> list[int]:
@@ -234,16 +235,54 @@ class LlamaCppBackend(Backend):
     def seq_cp(self, src: int, dst: int, p0: int = -1, p1: int = -1) -> None:
         lc.llama_memory_seq_cp(self._mem, src, dst, p0, p1)
 
+    def seq_add(self, seq: int, p0: int, p1: int, delta: int) -> None:
+        """Move sequence ``seq``'s cells in positions [p0, p1) by ``delta`` (RoPE keys are re-rotated
+        at the next decode: the K-shift)."""
+        lc.llama_memory_seq_add(self._mem, seq, p0, p1, delta)
+
+    def seq_pos_max(self, seq: int) -> int:
+        return int(lc.llama_memory_seq_pos_max(self._mem, seq))
+
+    @property
+    def can_shift(self) -> bool:
+        return bool(lc.llama_memory_can_shift(self._mem))
+
+    def seq_state(self, seq: int) -> bytes:
+        """Sequence ``seq``'s KV cells (positions, keys, values) as bytes (``llama_state_seq_get_data``)."""
+        size = lc.llama_state_seq_get_size(self._ctx, seq)
+        buf = (ctypes.c_uint8 * size)()
+        n = lc.llama_state_seq_get_data(self._ctx, buf, size, seq)
+        return bytes(buf[:n])
+
+    def set_seq_state(self, seq: int, data: bytes) -> None:
+        """Replace sequence ``seq``'s cells by ``data`` from ``seq_state`` (in the lowest free cells, at
+        the positions they were saved at)."""
+        buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
+        if lc.llama_state_seq_set_data(self._ctx, buf, len(data), seq) != len(data):
+            raise RuntimeError("llama.cpp could not load a saved KV sequence (another model or build?)")
+
+    def adopt(self, seq: int, tokens: Sequence[int], placed: bool = True) -> None:
+        """Make sequence ``seq``'s cells after the committed context part of it (they hold ``tokens``
+        at positions n_past..), and free ``seq``. ``placed``: their KV came from a cache."""
+        start = self.n_past
+        self.seq_cp(seq, 0, -1, -1)
+        self.seq_rm(seq, -1, -1)
+        self.tokens.extend(tokens)
+        if placed:
+            self.placed.append((start, self.n_past))
+
     def reset(self) -> None:
         lc.llama_memory_clear(self._mem, True)
         self.tokens = []
         self._tree_leaf_of = []
         self.n_pinned = 0
+        self.placed = []
 
     def truncate(self, n_keep: int) -> None:
         if n_keep < self.n_past:
             self.seq_rm(0, n_keep, -1)
             del self.tokens[n_keep:]
+            self.placed = [(a, min(b, n_keep)) for a, b in self.placed if a < n_keep]
             if self.n_pinned and n_keep <= self._pinned_since:
                 # every pinned cell lies above every kept one: freeing them leaves the cache packed
                 self.seq_rm(self._pin_seq, -1, -1)

@@ -21,31 +21,48 @@ per machine), and its draft bandit then knows whether the draft pays here.
 Per kind: median time to first token (the request to the first piece of text, as the page shows
 it), prompt tokens read and reused, prefill tokens/s (tokens read / prefill seconds) and decode
 tokens/s. One process, one model: the three kinds of one question run back to back.
+
+``--prefill`` compares the exact prefill with the approximate one (``prefill="reuse"``: the chunks'
+KV from a cache, in a fresh cache folder of its own), each from an empty KV cache, interleaved
+(which goes first alternates by question). Per question:
+
+    cold   the question, its chunks' KV cleared from the chunk cache first (reuse computes and
+           stores them: what a chunk costs the first time it is retrieved)
+    seen   a new question over the same chunks: the question with " Answer in one sentence."
+           added (its search finds the same chunks, which the cold turn stored)
+
+It prints each arm's median time to first token, the tokens it decoded for the prompt, and the
+ratio of the medians (exact / reuse). Answers may differ (the reuse prefill is approximate):
+``same answers`` counts the turns where they did not.
 """
 
 from __future__ import annotations
 
 import statistics
 import sys
+import tempfile
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from localrag.answer import AnswerConfig, Answerer
 from localrag.bench.common import QA_INSTRUCTIONS, fmt, output, table
 from localrag.bench.data import load_records, qa_collection
-from localrag.config import GenerationConfig, ModelConfig
+from localrag.config import ChunkCacheConfig, GenerationConfig, ModelConfig
 from localrag.engine import Engine
 from localrag.modes import AnswerRequest, get_mode
 
 FOLLOWUP = "Why is that?"
 KINDS = ("question", "follow-up", "regenerate")
+SEEN_SUFFIX = " Answer in one sentence."
+PREFILLS = ("exact", "reuse")
 
 
 @dataclass(frozen=True)
 class FirstWords:
     kind: str
     ttft_s: float
-    read_tokens: int  # prompt tokens prefilled
+    read_tokens: int  # prompt tokens decoded (none from the KV cache or placed from the chunk cache; misses count)
     reused_tokens: int  # prompt tokens taken from the KV cache
     prefill_tps: float
     decode_tps: float
@@ -64,7 +81,7 @@ def first_words(answerer: Answerer, request: AnswerRequest, kind: str, same_chun
         elif not isinstance(item, str):
             result = item
     g = result.stats.generation
-    read = g.prompt_tokens - g.reused_prompt_tokens
+    read = g.prompt_tokens - g.reused_prompt_tokens - g.placed_prompt_tokens + g.computed_prompt_tokens
     return FirstWords(kind, ttft if ttft is not None else float("nan"), read, g.reused_prompt_tokens,
                       read / g.prefill_seconds if g.prefill_seconds else 0.0, g.decode_tps, same_chunks), result.text
 
@@ -98,6 +115,59 @@ def run_ttft(model: str | None, n: int, k: int, max_tokens: int, progress=None, 
             "rows": [asdict(r) for r in rows]}
 
 
+def run_prefill(model: str | None, n: int, k: int, max_tokens: int, progress=None, mode: str = "plain",
+                cache_dir: Path | None = None) -> dict:
+    """The exact and the reuse prefill, interleaved, on cold and seen chunks (the module docstring)."""
+    records = load_records("squad", None, "report", n, 0)
+    collection = qa_collection("grounding-squad-report", [r.qa for r in records])
+    engine = Engine.load(ModelConfig(model=model) if model else ModelConfig())
+    with tempfile.TemporaryDirectory(prefix="chunk-kv-", dir=cache_dir) as folder:
+        answerer = Answerer(engine, collection.index, config=AnswerConfig(
+            instructions=QA_INSTRUCTIONS, chunk_cache=ChunkCacheConfig(folder=Path(folder))))
+        gen = GenerationConfig(max_tokens=max_tokens)
+        opts = {p: get_mode(mode).options({"k": k, "prefill": p}) for p in PREFILLS}
+
+        def turn(question: str, prefill: str, kind: str) -> tuple[dict, str]:
+            engine.backend.reset()
+            row, text = first_words(answerer, AnswerRequest(question, gen=gen, options=opts[prefill]), kind, True,
+                                    mode)
+            return {**asdict(row), "prefill": prefill, "hits": answerer.kv_store().stats.hits}, text
+
+        rows: list[dict] = []
+        for p in PREFILLS:  # untimed: a mode's first answer may set it up
+            turn(records[0].qa.question, p, "warm-up")
+        for i, rec in enumerate(records):
+            q = rec.qa.question
+            got = []
+            for kind, question in (("cold", q), ("seen", q + SEEN_SUFFIX)):
+                order = PREFILLS if i % 2 == 0 else PREFILLS[::-1]
+                texts = {}
+                for p in order:
+                    if kind == "cold" and p == "reuse":
+                        answerer.kv_store().clear()
+                    before = answerer.kv_store().stats.hits
+                    row, texts[p] = turn(question, p, kind)
+                    row["hits"] -= before
+                    got.append(row)
+                for row in got[-2:]:
+                    row["same_answer"] = texts["exact"] == texts["reuse"]
+            rows += got
+            if progress:
+                progress(i + 1, len(records), got)
+        arms = {}
+        for kind in ("cold", "seen"):
+            med = {p: summarize([FirstWords(**{f: r[f] for f in FirstWords.__dataclass_fields__})
+                                 for r in rows if r["kind"] == kind and r["prefill"] == p]) for p in PREFILLS}
+            ratio = (med["exact"]["ttft_s"] / med["reuse"]["ttft_s"]
+                     if med["exact"]["ttft_s"] and med["reuse"]["ttft_s"] else None)
+            arms[kind] = {"exact": med["exact"], "reuse": med["reuse"],
+                          "ttft_ratio": round(ratio, 3) if ratio else None,
+                          "same_answers": sum(r["same_answer"] for r in rows if r["kind"] == kind) // 2,
+                          "hits": sum(r["hits"] for r in rows if r["kind"] == kind and r["prefill"] == "reuse")}
+    return {"model": engine.model_name, "mode": mode, "n": len(records), "k": k, "max_tokens": max_tokens,
+            "threads": engine.backend.n_threads, "arms": arms, "rows": rows}
+
+
 def summarize(rows: list[FirstWords]) -> dict:
     def med(values):
         values = [v for v in values if v == v]  # (no NaN: an answer with no text has no first word)
@@ -118,6 +188,9 @@ def add_bench_cli(sub) -> None:
     p.add_argument("--max-tokens", type=int, default=32)
     p.add_argument("--mode", choices=("plain", "speedup"), default="plain",
                    help="speedup: RASD with the registry's draft for the model (its prompt read counts)")
+    p.add_argument("--prefill", action="store_true",
+                   help="compare the exact prefill with the approximate one (reuse: chunks' KV from a cache), "
+                        "interleaved, on cold chunks and on chunks seen before")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_ttft)
 
@@ -127,8 +200,32 @@ def cmd_ttft(args) -> int:
         print(f"[{i}/{total}] " + " | ".join(f"{r.kind}: {r.ttft_s:.2f} s ({r.read_tokens} read)" for r in rows),
               file=sys.stderr)
 
+    if args.prefill:
+        def progress_prefill(i, total, rows):
+            print(f"[{i}/{total}] " + " | ".join(f"{r['kind']} {r['prefill']}: {r['ttft_s']:.2f} s "
+                                                 f"({r['read_tokens']} read, {r['hits']} hits)" for r in rows),
+                  file=sys.stderr)
+
+        result = run_prefill(args.model, args.n, args.k, args.max_tokens, progress_prefill, args.mode)
+        return output({k: v for k, v in result.items() if k != "rows"}, args.json, print_prefill)
     result = run_ttft(args.model, args.n, args.k, args.max_tokens, progress, args.mode)
     return output({k: v for k, v in result.items() if k != "rows"}, args.json, print_ttft)
+
+
+def print_prefill(result: dict) -> None:
+    print(f"{result['model']}, {result['mode']}, {result['n']} SQuAD questions, k={result['k']}, "
+          f"{result['threads']} threads; exact vs reuse (approximate) prefill, interleaved")
+    columns = [("chunks", 6), ("prefill", 7), ("first tok s", 11), ("read", 5), ("hits", 4), ("decode t/s", 10)]
+    rows = []
+    for kind, arm in result["arms"].items():
+        for p in PREFILLS:
+            v = arm[p]
+            rows.append([kind, p, fmt(v["ttft_s"], ".2f"), v["read_tokens"], arm["hits"] if p == "reuse" else "-",
+                         fmt(v["decode_tps"], ".1f")])
+    print(table(columns, rows))
+    for kind, arm in result["arms"].items():
+        print(f"{kind}: first token exact / reuse (ratio of medians) {fmt(arm['ttft_ratio'], '.2f')}x; "
+              f"same answers {arm['same_answers']}/{result['n']}")
 
 
 def print_ttft(result: dict) -> None:

@@ -1,9 +1,10 @@
-"""Core subcommands: ``models``, ``generate``, ``chat``.
+"""Core subcommands: ``models``, ``generate``, ``chat``, ``cache``.
 
     python -m localrag models
     python -m localrag generate "The capital of France is" --max-tokens 32 --json
     python -m localrag generate --backend hf --device cpu --decoder rasd --draft smollm2-135m-instruct "..."
     python -m localrag chat --model gemma3-270m
+    python -m localrag cache [--clear]      # the approximate prefill's chunk KV cache on disk
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ import json
 import sys
 from pathlib import Path
 
-from localrag.config import DEFAULT_MODEL, GenerationConfig, ModelConfig, RasdConfig
+from localrag.backends.kv_store import KVStore
+from localrag.config import DEFAULT_MODEL, ChunkCacheConfig, GenerationConfig, ModelConfig, RasdConfig
 from localrag.engine import Engine
 from localrag.generation import Decoder
 from localrag.models import CHUNKED, GOOD_FOR, ModelError, ModelInfo, NotAssembled, drafts_for, list_models
@@ -78,6 +80,29 @@ def add_cli(sub) -> None:
     add_model_args(p)
     add_sampling_args(p)
     p.set_defaults(func=cmd_chat)
+
+    p = sub.add_parser("cache", help="the chunk KV cache of the approximate prefill (prefill=reuse): size, entries")
+    p.add_argument("--clear", action="store_true", help="delete every entry")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_cache)
+
+
+def cmd_cache(args) -> int:
+    cfg = ChunkCacheConfig()
+    store = KVStore(cfg.path, cfg.max_bytes)
+    entries = store.entries()
+    out = {"folder": str(cfg.path), "entries": len(entries), "bytes": sum(s for _, s, _ in entries),
+           "max_bytes": cfg.max_bytes}
+    if args.clear:
+        out["cleared"] = store.clear()
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return 0
+    print(f"chunk KV cache: {out['folder']}\n  {out['entries']} entries, {out['bytes'] / 2**20:.1f} MiB "
+          f"of {out['max_bytes'] / 2**20:.0f} MiB")
+    if args.clear:
+        print(f"  cleared {out['cleared']} entries")
+    return 0
 
 
 def _fail(msg: str) -> int:

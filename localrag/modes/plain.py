@@ -9,7 +9,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from localrag.answer import Answerer, Found, checked_result
+from localrag.answer import PREFILLS, Answerer, Found, checked_result
 from localrag.generation import Decoder, Generation
 from localrag.modes.base import AnswerMode, AnswerRequest, ModeOptions, option
 from localrag.results import AnswerProgress, AnswerResult, AnswerStats, CopiedSpan, SearchStats
@@ -21,6 +21,9 @@ READ_QUIETLY = 256  # prompt tokens read without a word of progress (a short one
 @dataclass(frozen=True)
 class PlainOptions(ModeOptions):
     k: int = option(5, "chunks stuffed into the prompt", int)
+    prefill: str = option("exact", "how the prompt's chunks are read: exact, or reuse (approximate: their keys "
+                                   "and values from a cache on disk, only the head of each chunk read again; "
+                                   "a faster first word, an answer that may differ)", choices=PREFILLS)
 
     def validate(self) -> None:
         super().validate()
@@ -75,8 +78,12 @@ class PlainMode(AnswerMode):
         yield from self.getting_ready(answerer, request)
         ready = self.prepare(answerer, request)
         # without documents the client's conversation is kept whole (PromptTooLong if it cannot fit)
+        reuse = request.documents and self.options_of(request).prefill == "reuse"
+        if reuse and not answerer.can_reuse:
+            ready.notes.append("the approximate prefill (prefill=reuse) is not available with this model or "
+                               "engine: the prompt was read exactly")
         generation = answerer.generate(ready.messages, request.gen, ready.decoder, fit=request.documents,
-                                       cancel=request.cancel)
+                                       cancel=request.cancel, reuse=ready.found.hits if reuse else ())
         reading = "reading" if request.documents else "reading the conversation"
         for done, total in generation.read():  # the prompt, in pieces: a long one says how far it got
             if total > READ_QUIETLY:

@@ -207,6 +207,7 @@ def test_embeddings_with_the_bundled_embedder(server):
     ({"extra_body": {"collection": "../etc"}}, openai.BadRequestError, 400, "collection"),
     ({"extra_body": {"k": 0}}, openai.BadRequestError, 400, "k"),
     ({"extra_body": {"on_unsupported": "ignore"}}, openai.BadRequestError, 400, "on_unsupported"),
+    ({"extra_body": {"options": {"prefill": "fast"}}}, openai.BadRequestError, 400, "prefill must be one of exact, reuse"),
 ])
 def test_chat_errors_in_the_openai_shape(server, kwargs, error, status, says):
     args = {"model": MODEL, "messages": COLOURS, "max_tokens": 4} | kwargs
