@@ -105,8 +105,8 @@ def test_unavailable_mode_is_explained_not_raised(make_services):
     note = SettingsController(s).mode_note("grounded")
     assert "Grounded (Speculative RAG) is unavailable" in note and "✅ **Plain**" in note
     assert "✅ **Speedup (RASD)**" in note
-    # the chosen mode says what it is for and what it costs: Grounded, that it is less accurate
-    assert "Only as good as its drafter's best draft" in note and "against Plain's 70" in note
+    # the chosen mode says what it is for and what it costs: Grounded, that it refuses and is slower
+    assert "else refuses" in note and "Slower than Plain" in note
     assert "Plain's answer, faster" in SettingsController(s).mode_note("speedup")
 
 
@@ -311,7 +311,7 @@ def test_grounded_mode_shows_drafts_with_scores(make_services):
     content = drafts["content"]
     assert "|" not in content  # no table: its seven headers were squeezed into the chat bubble
     assert content.startswith("**#1 ✅ Marta Ilves** · score -1.100  \n"
-                              "draft log p -3.200 · reflection -0.200 · from zephyr.md lines 3-4")
+                              "drafter · log p -3.200 · reflection -0.200 · evidence ✓ · from zephyr.md lines 3-4")
     assert "> *The text says Marta Ilves polished it.*" in content and "**#2 Quillfield** · score -3.400" in content
     assert drafts["metadata"]["status"] == "done"  # collapsed: shown on demand
 
