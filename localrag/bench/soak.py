@@ -178,7 +178,7 @@ def run_soak(args) -> dict:
     try:
         make_collections(folder, churn)
         server = ServerProcess(model, folder=folder)
-        server.wait_ready()
+        server.wait_ready(timeout=1800)  # a shared, loaded machine can take minutes
         result = asyncio.run(soak(args, server, churn))
     finally:
         if server is not None:
