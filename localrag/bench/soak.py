@@ -101,7 +101,7 @@ def add_bench_cli(sub) -> None:
 def cmd_soak(args) -> int:
     problem = check_args(args)
     if problem:
-        print(f"error: {problem}")
+        print(f"error: {problem}", file=sys.stderr)
         return 2
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stopped from outside: still stop the server
     result = run_soak(args)
