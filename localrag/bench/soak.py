@@ -258,6 +258,7 @@ async def soak(args, server: ServerProcess, churn: Churn) -> dict:
 
     errors += [f"{o.probe.key}: {o.error}" for o in load.outcomes if o.error]
     errors += [f"alone after the load: {k}: {o.error}" for k, o in after.items() if o.error]
+    errors += [f"a client stopped on {t.exception()!r}" for t in done if t.exception() is not None]
     if cut:
         errors.append(f"{cut} client(s) still running {REQUEST_TIMEOUT_S:.0f} s after the deadline, cancelled")
     if found_after is None:
