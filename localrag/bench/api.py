@@ -140,14 +140,15 @@ def connect(url: str) -> http.client.HTTPConnection:
 
 
 class ServerProcess:
-    """``python -m localrag serve`` on a free port with throwaway index and data folders."""
+    """``python -m localrag serve`` on a free port with throwaway index and data folders (or
+    ``folder``'s index/ and data/, which its owner removes)."""
 
-    def __init__(self, model: str) -> None:
+    def __init__(self, model: str, folder: Path | None = None) -> None:
         self.tmp = tempfile.TemporaryDirectory(prefix="localrag-bench-api-")
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
-        tmp = Path(self.tmp.name)
+        tmp = folder or Path(self.tmp.name)
         self.log = open(tmp / "serve.log", "w")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "localrag", "serve", "--port", str(self.port), "--model", model,

@@ -14,12 +14,13 @@ from localrag.bench import (
     qa,
     repetition,
     search,
+    soak,
     speed,
     ttft,
 )
 
 SUITES = (plain, kernels, ingest, ingest_pipeline, search, followup, speed, qa, grounding, prompts, repetition, api,
-          ttft)
+          ttft, soak)
 
 
 def add_cli(subparsers) -> None:
