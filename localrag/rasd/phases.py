@@ -70,6 +70,7 @@ class Step:
     seconds: float  # the forward pass (verification or plain decode), timed
     tree: TokenTree | None = None  # the verified tree (None: a plain step)
     forced: bool = False  # verified because a probe was due (Plan.probe), not because the bet cleared realism
+    started: float = 0.0  # perf_counter() when its forward began
 
 
 def prune_retrieval(
