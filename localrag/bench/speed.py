@@ -23,6 +23,9 @@ empty cache, so machine load hits all alike):
   retrieval  RASD decoder, retrieval tree only
   draft      RASD decoder, draft-model tree only (needs --draft)
   rasd       RASD decoder, retrieval + draft (when --draft) fused, cost-aware budget
+  rasd-runs, retrieval-runs
+             the same with ``RasdConfig.copy_runs``: a long copy's deeper nodes conditioned on their
+             accepted ancestors (``phases.estimate``), to measure before it becomes the default
   llama-lookup, llama-lookup-dN, llama-bench
              llama.cpp's own C++ programs (``speed_peer``): n-gram lookup decoding at its default
              draft length or N, and plain C++ decoding at the prompt's depth; built on demand from
@@ -100,7 +103,7 @@ from localrag.rasd.budget import CostModel
 from localrag.rasd.proposers import DRAFT_MAX_K
 
 AUTO = "auto"  # --draft: the registry's draft for --model
-METHODS = ("plain", "plain-cached", "pld", "retrieval", "draft", "rasd", *PEER_METHODS)
+METHODS = ("plain", "plain-cached", "pld", "retrieval", "draft", "rasd", "retrieval-runs", "rasd-runs", *PEER_METHODS)
 
 
 def add_bench_cli(sub) -> None:
@@ -451,6 +454,10 @@ def cmd_speed(args) -> int:
         decoders["draft"] = RasdDecoder(engine.backend, replace(config, use_retrieval=False), draft, cost=cost)
     if "rasd" in methods:
         decoders["rasd"] = RasdDecoder(engine.backend, config, draft, cost=cost)
+    if "retrieval-runs" in methods:
+        decoders["retrieval-runs"] = RasdDecoder(engine.backend, replace(config, copy_runs=True), None, cost=cost)
+    if "rasd-runs" in methods:
+        decoders["rasd-runs"] = RasdDecoder(engine.backend, replace(config, copy_runs=True), draft, cost=cost)
     breakdown = args.breakdown or args.tune
     pld = None
     if "pld" in methods and args.backend == "llamacpp":
