@@ -167,6 +167,25 @@ register(DecoderStats)
 register(ModeExtras)
 
 
+@dataclass(frozen=True)
+class StepRecord:
+    """One RASD step, kept when the decoder records its steps (``RasdDecoder.record_steps``: ``bench
+    speed --breakdown``). ``held`` and ``top_ok`` are found after the fact, once the answer is known."""
+
+    start: int  # the answer's index of the first token this step emitted (its root is token start - 1)
+    size: int  # drafted nodes verified (0: a plain step)
+    depth: int  # the verified tree's deepest path (0: a plain step)
+    accepted: int  # drafted tokens accepted (the step emitted accepted + 1)
+    verify_s: float  # its forward: verify, accept and commit of a tree, or one plain decode
+    between_s: float  # since the previous forward ended (or the answer's first token): Python, proposing
+    match_len: int  # the datastore lookup's suffix match (0: none)
+    held: int  # the lookup's longest continuation the answer then wrote: what verifying it would have accepted
+    top_ok: bool | None  # its most frequent first token was the answer's next token (None: no match)
+    unique: bool  # the lookup had one first token only
+    forced: bool = False  # a probe
+    draft: bool = False  # the draft model proposed
+
+
 @register
 @dataclass
 class RasdStats(DecoderStats):
@@ -208,6 +227,14 @@ class RasdStats(DecoderStats):
     draft_limit_speedup: float | None = None  # the same when the draft model writes the chain
     expected_gain_mean: float = 0.0
     cost_curve_ms: dict[str, float] = field(default_factory=dict)
+    step_log: list[StepRecord] = field(default_factory=list)  # every step, when recorded (else empty)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> RasdStats:
+        out = cls(**known_fields(cls, data))
+        out.step_log = [s if isinstance(s, StepRecord) else StepRecord(**known_fields(StepRecord, s))
+                        for s in out.step_log]
+        return out
 
     @property
     def tree_size_mean(self) -> float:

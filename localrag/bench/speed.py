@@ -5,6 +5,12 @@
     python -m localrag bench speed --prompts my.jsonl --draft smollm2-135m-instruct
     python -m localrag bench speed --suite docqa --methods plain,rasd,llama-lookup,llama-speculative-d8
     python -m localrag bench speed --backend hf --draft smollm2-135m-instruct --max-depth 24 --draft-nodes 24
+    python -m localrag bench speed --suite docqa-hotpot --methods plain,rasd,llama-lookup --breakdown
+    python -m localrag bench speed --suite docqa,docqa-hotpot --split tune --methods plain,retrieval --tune
+
+Prompts (``--split``): each suite's questions are split in two by a hash (``data.speed_split``): the
+budget's constants are tuned on ``tune`` only (``--tune`` refuses any other split), and every figure
+is reported from ``report`` (the default); ``all`` takes both. A ``--prompts`` file is read whole.
 
 Methods (every prompt runs every method back to back, ``--repeats`` rounds, each run from an
 empty cache, so machine load hits all alike):
@@ -17,6 +23,9 @@ empty cache, so machine load hits all alike):
   retrieval  RASD decoder, retrieval tree only
   draft      RASD decoder, draft-model tree only (needs --draft)
   rasd       RASD decoder, retrieval + draft (when --draft) fused, cost-aware budget
+  rasd-runs, retrieval-runs
+             the same with ``RasdConfig.copy_runs``: a long copy's deeper nodes conditioned on their
+             accepted ancestors (``phases.estimate``), to measure before it becomes the default
   llama-lookup, llama-lookup-dN, llama-bench
              llama.cpp's own C++ programs (``speed_peer``): n-gram lookup decoding at its default
              draft length or N, and plain C++ decoding at the prompt's depth; built on demand from
@@ -44,7 +53,11 @@ Per suite it reports:
   * the copy bound (``copy_bound``): the most that any drafter copying from the documents, the
     prompt and the answer so far (retrieval, n-gram lookup) could gain on plain's answers at the
     measured T(k), median over prompts; with a draft model, also the bound of copying plus that
-    draft model guessing every other token at its measured forward (what RASD could reach).
+    draft model guessing every other token at its measured forward (what RASD could reach);
+  * with ``--breakdown``, per step (``speed_steps``): tree size and depth, tokens accepted, verify
+    time, Python time between forwards, and the steps that wrote one token while the datastore held
+    a longer match the answer then wrote, beside the C++ peers' own drafted / accepted counts;
+    with ``--tune`` (tune split only), the acceptance per match class the budget's prior stands for.
 
 Prompts: the suites of :mod:`localrag.bench.data` (``load_suite``) or a ``--prompts`` JSONL file.
 Files: this one (the command, the methods, the runner, the copy bound), ``speed_report`` (medians,
@@ -69,7 +82,7 @@ from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
 from localrag.backends.base import Backend
 from localrag.bench.common import output, write_json
-from localrag.bench.data import SUITES, Prompt, load_prompts_file, load_suite
+from localrag.bench.data import SPEED_SPLITS, SUITES, Prompt, load_prompts_file, load_suite
 from localrag.bench.speed_peer import (
     PEER_METHODS,
     CppPeers,
@@ -80,6 +93,7 @@ from localrag.bench.speed_peer import (
 )
 from localrag.bench.speed_report import first_divergence, print_report, summarise
 from localrag.bench.speed_runs import MethodRuns, Run, SpeedRow, SuiteRuns
+from localrag.bench.speed_steps import match_class_acceptance, step_rows, summarise_breakdown, tune_steps
 from localrag.config import DEFAULT_MODEL, GenerationConfig, ModelConfig, RasdConfig
 from localrag.engine import Engine
 from localrag.generation import Decoder, Generation, PlainDecoder, Sampler
@@ -89,7 +103,7 @@ from localrag.rasd.budget import CostModel
 from localrag.rasd.proposers import DRAFT_MAX_K
 
 AUTO = "auto"  # --draft: the registry's draft for --model
-METHODS = ("plain", "plain-cached", "pld", "retrieval", "draft", "rasd", *PEER_METHODS)
+METHODS = ("plain", "plain-cached", "pld", "retrieval", "draft", "rasd", "retrieval-runs", "rasd-runs", *PEER_METHODS)
 
 
 def add_bench_cli(sub) -> None:
@@ -104,6 +118,9 @@ def add_bench_cli(sub) -> None:
     p.add_argument("--backend", choices=("llamacpp", "hf"), default="llamacpp")
     p.add_argument("--device", default=None, help="hf: cuda, mps or cpu (default: LOCALRAG_HF_DEVICE or the first)")
     p.add_argument("--dtype", default=None, help="hf: float32, bf16 or fp16 (default: LOCALRAG_HF_DTYPE or by device)")
+    p.add_argument("--split", choices=SPEED_SPLITS, default="report",
+                   help="report: the questions never tuned on (default); tune: those the budget's constants "
+                        "are tuned on; all (a --prompts file is read whole)")
     p.add_argument("--n", type=int, default=4, help="prompts per suite")
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--methods", default="plain,plain-cached,pld,retrieval,rasd",
@@ -120,6 +137,11 @@ def add_bench_cli(sub) -> None:
     p.add_argument("--out", default=None,
                    help="also write the report to this JSON file, rewritten after every suite (a long run shows "
                         "its finished suites as it goes)")
+    p.add_argument("--breakdown", action="store_true",
+                   help="per step: tree size and depth, accepted tokens, verify and Python time, missed copies "
+                        "(our decoders), drafted and accepted counts (the C++ peers)")
+    p.add_argument("--tune", action="store_true",
+                   help="measure the acceptance per match class the budget's prior stands for (--split tune only)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_speed)
 
@@ -257,11 +279,12 @@ def _encode(engine, p: Prompt, max_new: int) -> tuple[str, list[int], Generation
 def run_suite(
     engine, prompts: list[Prompt], methods: list[str], decoders: dict, pld, extra: dict, max_new: int,
     repeats: int = 1, peers: CppPeers | None = None, cost: CostModel | None = None,
-    draft_s: float | None = None,
+    draft_s: float | None = None, breakdown: bool = False,
 ) -> SuiteRuns:
     """Every method on every prompt, `repeats` rounds interleaved (every round's run is kept).
     With `cost`, plain's runs also hold the copy bound of its answer, and with `draft_s` (the
-    draft model's one-token forward, seconds) the bound of copying plus that draft model."""
+    draft model's one-token forward, seconds) the bound of copying plus that draft model. With
+    `breakdown`, our decoders' first-round steps (their ``record_steps``) with the copy bound's run."""
     rows: list[SpeedRow] = []
     noise = {"max_abs_logit_diff": 0.0, "max_margin_diff": 0.0}
     for i, p in enumerate(prompts):
@@ -292,6 +315,7 @@ def run_suite(
                     dec = decoders[m]
                     dec.set_documents(list(p.docs))
                     dec.record_logits = [] if rnd == 0 else None
+                    dec.record_steps = breakdown and rnd == 0
                     r = run_generation(engine, ids, cfg, dec)
                     if rnd == 0:
                         nb = verify_noise(rec, dec.record_logits, r.tokens)
@@ -302,6 +326,10 @@ def run_suite(
                 runs.setdefault(m, []).append(r)
         methods_runs = {m: MethodRuns(rs) for m, rs in runs.items()}
         methods_runs["plain"].margins = rec["margins"]
+        for runs_ in methods_runs.values():
+            log = [r.stats.pop("step_log", None) for r in runs_.rounds][0]
+            if breakdown and log is not None:
+                runs_.steps = step_rows(log, copyable(_sources(engine, p, ids), runs_.first.tokens))
         if cost is not None:
             plain_runs = methods_runs["plain"]
             plain_runs.copy_bound, plain_runs.draft_bound = _copy_bounds(engine, p, ids, rec["tokens"], cost, draft_s)
@@ -316,10 +344,14 @@ def _copy_bounds(engine, p: Prompt, ids: list[int], tokens: list[int], cost: Cos
     """What any drafter copying from the prompt's documents, the prompt and the answer could gain
     on plain's answer at this cost curve (paths up to its largest measured size), and with a draft
     model whose forward takes `draft_s` besides (None without one)."""
-    docs = [engine.backend.tokenize(d, add_special=False, parse_special=False) for d in p.docs]
-    sources, depth = [*docs, ids], int(cost.ks[-1]) - 1
+    sources, depth = _sources(engine, p, ids), int(cost.ks[-1]) - 1
     with_draft = copy_bound(sources, tokens, cost, depth, draft_s) if draft_s is not None else None
     return copy_bound(sources, tokens, cost, depth), with_draft
+
+
+def _sources(engine, p: Prompt, ids: list[int]) -> list[list[int]]:
+    """What a copying drafter copies from: the prompt's documents, then the prompt."""
+    return [*(engine.backend.tokenize(d, add_special=False, parse_special=False) for d in p.docs), ids]
 
 
 def copyable(sources: Sequence[Sequence[int]], answer: Sequence[int]) -> list[bool]:
@@ -393,6 +425,12 @@ def cmd_speed(args) -> int:
     if bad:
         print(f"error: unknown method(s) {bad}; choose from {list(METHODS) + list(extra)}", file=sys.stderr)
         return 2
+    if args.tune and (args.split != "tune" or args.prompts):
+        print("error: tune on --split tune (the report split is kept apart)", file=sys.stderr)
+        return 2
+    if args.tune and not {"retrieval", "rasd"} & set(methods):
+        print("error: --tune reads the retrieval lookups of the retrieval or rasd method", file=sys.stderr)
+        return 2
     drafted = [m for m in methods if m == "draft" or needs_draft(m)]
     if drafted and not args.draft:
         print(f"error: method(s) {', '.join(drafted)} need --draft", file=sys.stderr)
@@ -416,6 +454,11 @@ def cmd_speed(args) -> int:
         decoders["draft"] = RasdDecoder(engine.backend, replace(config, use_retrieval=False), draft, cost=cost)
     if "rasd" in methods:
         decoders["rasd"] = RasdDecoder(engine.backend, config, draft, cost=cost)
+    if "retrieval-runs" in methods:
+        decoders["retrieval-runs"] = RasdDecoder(engine.backend, replace(config, copy_runs=True), None, cost=cost)
+    if "rasd-runs" in methods:
+        decoders["rasd-runs"] = RasdDecoder(engine.backend, replace(config, copy_runs=True), draft, cost=cost)
+    breakdown = args.breakdown or args.tune
     pld = None
     if "pld" in methods and args.backend == "llamacpp":
         pld = PldRunner(str(engine.backend.model_spec.path), args.ctx, args.threads)
@@ -423,12 +466,17 @@ def cmd_speed(args) -> int:
     methods = [m for m in methods if m not in skipped]
     suites = [args.prompts] if args.prompts else [s.strip() for s in args.suite.split(",")]
     report = {"model": engine.model_name, "draft": args.draft, "deterministic": engine.backend.deterministic,
-              "cost_curve_ms": cost.to_dict(), "skipped": skipped, "suites": {}}
+              "split": "file" if args.prompts else args.split, "cost_curve_ms": cost.to_dict(), "skipped": skipped,
+              "suites": {}}
     for suite in suites:
-        prompts = load_prompts_file(suite, args.n) if args.prompts else load_suite(suite, args.n)
+        prompts = load_prompts_file(suite, args.n) if args.prompts else load_suite(suite, args.n, args.split)
         result = run_suite(engine, prompts, methods, decoders, pld, extra, args.max_new_tokens, args.repeats, peers,
-                           cost, draft_s)
+                           cost, draft_s, breakdown)
         report["suites"][suite] = {"summary": summarise(result, methods), "rows": [r.to_json() for r in result.rows]}
+        if breakdown:
+            report["suites"][suite]["breakdown"] = summarise_breakdown(result, methods)
+        if args.tune:
+            report["suites"][suite]["tuned"] = match_class_acceptance(tune_steps(result))
         if args.out:
             write_json(args.out, report)
     return output(report, args.json, print_report)

@@ -15,6 +15,7 @@ import numpy as np
 from localrag.bench.common import fmt, table
 from localrag.bench.speed_peer import is_peer_method
 from localrag.bench.speed_runs import MethodRuns, SuiteRuns
+from localrag.bench.speed_steps import print_breakdown, print_tuned
 
 
 def first_divergence(a: list[int], b: list[int]) -> int | None:
@@ -135,7 +136,7 @@ def _method_cells(m: str, r: dict) -> list[str]:
 
 def print_report(report: dict) -> None:
     print(f"model {report['model']}  draft {report['draft']}  deterministic {report.get('deterministic')}  "
-          f"T(k) ms {report['cost_curve_ms']}")
+          f"split {report.get('split')}  T(k) ms {report['cost_curve_ms']}")
     for method, why in report.get("skipped", {}).items():
         print(f"{method}: skipped ({why})")
     for suite, d in report["suites"].items():
@@ -167,3 +168,7 @@ def print_report(report: dict) -> None:
                   f"{s['plain']['draft_bound_median']:.2f}x plain")
         if "llama-bench" in s:
             print(f"  plain C++ (llama-bench) over plain Python: {s['llama-bench']['median_speedup']:.2f}x")
+        if d.get("breakdown"):
+            print_breakdown(d["breakdown"])
+        if d.get("tuned"):
+            print_tuned(d["tuned"])

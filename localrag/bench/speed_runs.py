@@ -55,6 +55,8 @@ class MethodRuns:
     margins: list[float] = field(default_factory=list)  # plain: top-2 margin at every token
     copy_bound: float | None = None  # plain: the most a copying drafter could gain on its answer
     draft_bound: float | None = None  # plain: the same for copying plus a draft model (speed.copy_bound)
+    # --breakdown: the first round's steps (``StepRecord`` dicts with their ``copy_run``, speed_steps)
+    steps: list[dict] | None = None
 
     @property
     def first(self) -> Run:
@@ -84,6 +86,8 @@ class MethodRuns:
             out["copy_bound"] = self.copy_bound
         if self.draft_bound is not None:
             out["draft_bound"] = self.draft_bound
+        if self.steps is not None:
+            out["steps"] = self.steps
         return out
 
 

@@ -108,7 +108,7 @@ class Budget:
         retrieval nodes need none: unverified proposals are learned from, ``learn_unverified``)."""
         cfg, cal = self.config, self.calibrator
         keys = keys_for(prop, cal)
-        acc = estimate(prop, keys, cal)
+        acc = estimate(prop, keys, cal, cfg.copy_runs)
         need = cfg.min_gain / cal.realism_of(prop.scorer)
         capped = cfg if depth == cfg.max_depth else replace(cfg, max_depth=depth)
         keep, gain = choose(prop, acc, capped, self.cost, 0.0, False, self.max_nodes, need)

@@ -275,23 +275,28 @@ class Calibrator:
         b = bisect.bisect_right(self.EDGES, confidence)
         return (source, b, match_class(match_len))
 
-    def mean(self, key: tuple) -> float:
-        """Posterior mean of the bucket."""
+    def mean(self, key: tuple, run: int = 0) -> float:
+        """Posterior mean of the bucket; with `run`, after that many more accepted trials of it."""
         raw = self.MIDS[key[1]] * self.trust[key[2]]
         pa, pr = self.pooled.get((key[0], key[2]), (0.0, 0.0))
         prior = (pa + self.weight * raw) / (pa + pr + self.weight)  # the source's posterior in this class
         a, r = self.hits.get(key, (0.0, 0.0))
-        return (a + self.weight * prior) / (a + r + self.weight)
+        return (a + run + self.weight * prior) / (a + run + r + self.weight)
 
-    def p(self, key: tuple) -> float:
+    def p(self, key: tuple, run: int = 0) -> float:
         """What the budget plans with: the posterior mean less one posterior standard deviation.
 
         The plan picks the buckets that look best, so an estimate from a few lucky trials would
         win bets it should not (the winner's curse); the deduction shrinks as data accumulate
-        (Beta variance m(1 - m) / (n + 1), n = trials + prior weight)."""
-        m = self.mean(key)
+        (Beta variance m(1 - m) / (n + 1), n = trials + prior weight).
+
+        `run`: the node's parent and the `run` nodes above it in the same bucket are taken as
+        accepted (what a(v) conditions on), and the bucket's trials are exchangeable, so its
+        posterior has `run` more successes: P(v | path accepted) = (a + run + w m0) / (n + run).
+        Without it, a chain of one bucket is estimated as independent draws, (mean - sd)^d."""
+        m = self.mean(key, run)
         a, r = self.hits.get(key, (0.0, 0.0))
-        return max(0.0, m - (m * (1.0 - m) / (a + r + self.weight + 1.0)) ** 0.5)
+        return max(0.0, m - (m * (1.0 - m) / (a + r + run + self.weight + 1.0)) ** 0.5)
 
     def update(self, key: tuple, accepted: bool) -> None:
         i = 0 if accepted else 1

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 
 import numpy as np
 
@@ -42,7 +43,7 @@ from localrag.rasd.proposers import (
     RetrievalProposer,
 )
 from localrag.rasd.tree import TokenTree
-from localrag.results import RasdStats
+from localrag.results import RasdStats, StepRecord
 
 __all__ = ["CopiedToken", "RasdDecoder", "unmeasured"]
 
@@ -110,6 +111,11 @@ class RasdDecoder(Decoder):
         self._oracle_tokens, self._oracle_cost_s, self._gain_sum, self._busy_s = 0, 0.0, 0.0, 0.0
         self._plain_forward_s: list[float] = []  # this answer's plain steps: their forward, timed
         self._tree_forward_s: list[tuple[int, float]] = []  # its tree steps: (tree size, verify time)
+        # diagnostics (bench --breakdown, tests): when True, every step is kept in ``stats.step_log``
+        self.record_steps = False
+        self._steps: list[tuple[StepRecord, TokenTree | None]] = []  # this answer's, with its lookup's trie
+        self._lookup: Proposal | None = None  # this step's datastore lookup
+        self._forward_end = 0.0  # perf_counter() when the last forward ended
         # diagnostics (bench, tests): when a list, the logits row each emitted token after the first
         # was chosen from is appended, so batched-vs-single numerics can be compared with plain's
         self.record_logits: list[np.ndarray] | None = None
@@ -187,7 +193,7 @@ class RasdDecoder(Decoder):
                     emitted = [vt.tokens[i] for i in path[1:]] + [bonus]
                     self._record_rows(rows, path, emitted, sampler)
                     backend.commit_path(path)  # commit: root + accepted path stay in the KV
-                    step = Step(emitted, time.perf_counter() - t0, tree=vt, forced=plan_.probe)
+                    step = Step(emitted, time.perf_counter() - t0, tree=vt, forced=plan_.probe, started=t0)
                     self._observe_tree(vt, sorted(plan_.keep), plan_.keys, path)
                 else:  # speculation does not pay now: one plain forward
                     step = self._plain_step(tok, sampler)
@@ -210,6 +216,7 @@ class RasdDecoder(Decoder):
         st, depth = self.stats, self._depth()
         use_draft = self._draft_on and self.budget.use_draft()
         found = self.retrieval.lookup(ctx, root, depth)
+        self._lookup = found
         probe = use_draft and self.budget.draft_probe_due()
         alone = self._retrieval_alone(ctx, found) if use_draft and not probe else None
         dt = time.perf_counter() - t0
@@ -277,7 +284,7 @@ class RasdDecoder(Decoder):
         seconds = time.perf_counter() - t0
         if self.record_logits is not None:
             self.record_logits.append(np.array(row, dtype=np.float32))
-        return Step([nxt], seconds)
+        return Step([nxt], seconds, started=t0)
 
     def _after_step(self, step: Step, prop: Proposal, plan_: Plan, seconds: float) -> None:
         """Everything learned from one step. `seconds` is the whole step, proposing included."""
@@ -296,6 +303,9 @@ class RasdDecoder(Decoder):
             st.tree_sizes.append(size)
             self._gain_sum += plan_.gain or 0.0
         self._busy_s += seconds
+        if self.record_steps:
+            self._record_step(step, prop)
+        self._forward_end = step.started + step.seconds
         st.steps += 1
         st.tokens += len(step.tokens)
         st.accepted_per_step.append(len(step.tokens))
@@ -311,6 +321,7 @@ class RasdDecoder(Decoder):
         self._prefill_s = 0.0
         self._oracle_tokens, self._oracle_cost_s, self._gain_sum, self._busy_s = 0, 0.0, 0.0, 0.0
         self._plain_forward_s, self._tree_forward_s = [], []
+        self._steps, self._forward_end = [], time.perf_counter()
 
     def _plain_token_s(self) -> tuple[float, str]:
         """What one token costs Plain mode now, from this answer's own timed forwards, and how it
@@ -349,3 +360,34 @@ class RasdDecoder(Decoder):
             st.draft_limit_speedup = draft_chain_limit(self.cost, self.draft.t1, depth)  # Td(1) as measured at load
         st.expected_gain_mean = self._gain_sum / max(st.spec_steps, 1)
         st.cost_curve_ms = self.cost.to_dict()
+        st.step_log = [_held(rec, trie, self._answer) for rec, trie in self._steps]
+        self._steps = []
+
+    def _record_step(self, step: Step, prop: Proposal) -> None:
+        """One step as a StepRecord, with the lookup's trie to judge once the answer is known."""
+        vt, found = step.tree, self._lookup
+        trie = found.trie if found is not None and found.trie is not None and len(found.trie) > 1 else None
+        rec = StepRecord(start=len(self._answer), size=vt.n_drafted if vt is not None else 0,
+                         depth=vt.max_depth() if vt is not None else 0, accepted=len(step.tokens) - 1,
+                         verify_s=step.seconds, between_s=max(0.0, step.started - self._forward_end),
+                         match_len=found.match_len if found is not None else 0, held=0, top_ok=None,
+                         unique=False, forced=step.forced, draft=prop.draft_scored)
+        self._steps.append((rec, trie))
+
+
+def _held(rec: StepRecord, trie: TokenTree | None, answer: list[int]) -> StepRecord:
+    """`rec` with what its lookup held, now that the answer is known: the longest trie path that the
+    answer wrote from the step's first token on (greedy, what verifying it would have accepted), and
+    whether the trie's most frequent first token was the answer's next one."""
+    if trie is None:
+        return rec
+    node, held = 0, 0
+    while rec.start + held < len(answer):
+        node = trie.children[node].get(answer[rec.start + held], -1)
+        if node < 0:
+            break
+        held += 1
+    first = trie.children[0]
+    top = max(first.values(), key=lambda v: trie.counts[v])
+    ok = rec.start < len(answer) and trie.tokens[top] == answer[rec.start]
+    return replace(rec, held=held, top_ok=ok, unique=len(first) == 1)

@@ -70,6 +70,7 @@ class Step:
     seconds: float  # the forward pass (verification or plain decode), timed
     tree: TokenTree | None = None  # the verified tree (None: a plain step)
     forced: bool = False  # verified because a probe was due (Plan.probe), not because the bet cleared realism
+    started: float = 0.0  # perf_counter() when its forward began
 
 
 def prune_retrieval(
@@ -139,14 +140,25 @@ def keys_for(prop: Proposal, cal: Calibrator) -> list[tuple]:
     return keys
 
 
-def estimate(prop: Proposal, keys: list[tuple], cal: Calibrator) -> list[float]:
+def estimate(prop: Proposal, keys: list[tuple], cal: Calibrator, copy_runs: bool = False) -> list[float]:
     """a(v) = P(v accepted) = product over the path of P(child accepted | parent accepted).
 
     Siblings are exclusive (the target picks one token after their parent), so where the
     calibrated conditionals of a parent's children sum past 1 they are scaled to sum to 1:
-    five retrieval continuations at 0.25 each are not 1.25 expected tokens."""
+    five retrieval continuations at 0.25 each are not 1.25 expected tokens.
+
+    copy_runs: a retrieval node below ancestors of its own bucket (a long copy, match class 8+,
+    keeps one bucket all the way down) is conditioned on their acceptance (``Calibrator.p``'s
+    `run`), so a long document match is verified as a long chain from an answer's first step
+    instead of after its bucket has filled."""
     t = prop.tree
-    cond = [1.0] + [cal.p(keys[v]) for v in range(1, len(t))]
+    run = [0] * len(t)  # same-bucket retrieval ancestors, parent included, above each node
+    if copy_runs:
+        for v in range(2, len(t)):
+            p = t.parents[v]
+            if p > 0 and keys[p] == keys[v] and keys[v][0].startswith("r"):
+                run[v] = run[p] + 1
+    cond = [1.0] + [cal.p(keys[v], run[v]) for v in range(1, len(t))]
     total = [0.0] * len(t)  # (n,) sum of the children's conditionals, per parent
     for v in range(1, len(t)):
         total[t.parents[v]] += cond[v]

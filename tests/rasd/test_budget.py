@@ -224,3 +224,43 @@ def test_sibling_estimates_are_exclusive():
     # an only child keeps its conditional, that of a node continuing a 3-token match (2 + its depth - 1)
     assert keys[grandkid][2] == 3
     assert a[grandkid] == pytest.approx(a[kids[0]] * cal.p(keys[grandkid]))
+
+
+def _copy_plan(match_len: int, copy_runs: bool, cal: Calibrator | None = None) -> tuple[int, float]:
+    """The plan of a 12-token unique continuation of a `match_len`-token match, on a steep CPU curve."""
+    from localrag.rasd.phases import Proposal
+    from localrag.rasd.tree import RETRIEVAL, TokenTree
+
+    tree = TokenTree(7)
+    tree.add_path(list(range(100, 112)), scores=[1.0] * 12, source=RETRIEVAL)
+    prop = Proposal(tree, [1.0] * len(tree), draft_scored=False, match_len=match_len)
+    cpu = CostModel([1, 2, 16], [0.04, 0.05, 0.134])
+    budget = Budget(RasdConfig(copy_runs=copy_runs, calibrate=False), cpu, cal or Calibrator(), 48)
+    p = budget.plan(prop, False, 12)
+    return len(p.keep) - 1 if p.keep else 0, p.gain
+
+
+def test_a_run_of_accepted_ancestors_raises_a_buckets_estimate_while_its_data_are_few():
+    """Calibrator.p(key, run): the bucket's posterior after `run` more accepted trials (the ancestors
+    a(v) conditions on); no run is the estimate as before."""
+    cal = Calibrator()
+    key = cal.key("r2", 1.0, 16)
+    runs = [cal.p(key, j) for j in range(8)]
+    assert runs == sorted(runs) and runs[0] < runs[1] and runs[7] > 0.85
+    for _ in range(300):
+        cal.update(key, True)
+    for _ in range(30):
+        cal.update(key, False)
+    assert abs(cal.p(key, 8) - cal.p(key, 0)) < 0.03  # with data, a run hardly moves it
+
+
+def test_copy_runs_verify_a_long_matchs_chain_deeper_from_a_fresh_calibrator():
+    """A fresh decoder (no data) facing a long document match: without copy_runs its chain is
+    estimated as independent draws and cut short; with them, deeper and at a higher expected gain."""
+    for match_len in (8, 16):
+        k_off, gain_off = _copy_plan(match_len, False)
+        k_on, gain_on = _copy_plan(match_len, True)
+        assert k_on > k_off >= 1 and gain_on > gain_off
+    # a short match's first nodes each change class with depth (1, 2, 3 tokens), so no run forms
+    # where it would matter, and nothing is verified either way
+    assert _copy_plan(1, True) == _copy_plan(1, False) == (0, 1.0)

@@ -80,6 +80,24 @@ def test_greedy_rasd_equals_plain(smollm2_engine, use_budget):
             assert st.spec_steps > 0 and st.mean_accepted > 1.5, (st.spec_steps, st.mean_accepted)
 
 
+def test_greedy_rasd_with_copy_runs_equals_plain(smollm2_engine):
+    """copy_runs (phases.estimate) changes which nodes are verified, never what is emitted: greedy
+    output and the logits it was picked from are plain's, and the repeated passage is verified in
+    trees of several nodes from a fresh calibrator."""
+    engine = smollm2_engine
+    dec = RasdDecoder(engine.backend, RasdConfig(calibrate=False, copy_runs=True), cost=CHEAP)
+    cfg = GenerationConfig(max_tokens=48, stop=engine.prompt.stop)
+    for text, docs in PROMPTS:
+        ids = _chat_ids(engine, text)
+        rec = _plain(engine, ids, cfg)
+        dec.set_documents(docs)
+        got, noise = _run_recorded(engine, ids, cfg, dec, rec)
+        assert got == rec["tokens"] and noise == 0.0, text
+        if text.startswith("Repeat"):
+            assert dec.stats.spec_steps > 0 and dec.stats.tree_size_max > 1
+            assert dec.stats.tokens > dec.stats.steps  # drafted tokens were accepted
+
+
 def test_probe_schedule_outlives_an_answer(smollm2_engine, smollm2_draft):
     """Where speculation never pays on its own (verify cost k x one token), only forced probes
     verify, each doubling the wait before the next; the next answer continues that schedule
