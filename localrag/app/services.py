@@ -24,7 +24,7 @@ from pathlib import Path
 from localrag.answer import Answerer, ModelHub
 from localrag.app.config import AppConfig
 from localrag.app.history import ChatStore
-from localrag.app.serving import GenerationQueue, GenerationThread, QueueFull
+from localrag.app.serving import Cancelled, GenerationQueue, GenerationThread, QueueFull
 from localrag.backends.base import Backend
 from localrag.backends.endpoint import EndpointEngine, EndpointError
 from localrag.config import GenerationConfig, ModelConfig
@@ -40,6 +40,8 @@ from localrag.rasd import load_draft
 from localrag.results import AnswerProgress, AnswerResult
 
 DEFAULT_COLLECTION = "default"
+CLOSE_WAIT_S = 1.5  # how long close() waits for the answer under way to end (it ends at its next token)
+WARM_UP = "localrag:warm-up"  # the queue owner of the modes' one-time work at start (warm_up)
 LOAD_ERRORS = (ModelError, OSError, RuntimeError, ValueError)  # a model that fails to load says why
 # (EndpointError is a RuntimeError: a serving engine that is down or serves another model says why too)
 
@@ -175,6 +177,34 @@ class Services:
         return AnswerRequest(question, tuple(history), gen or GenerationConfig(), collection=collection,
                              documents=documents, cancel=cancel, options=self.mode(mode).options(values))
 
+    def warm_up(self) -> list[str]:
+        """Each mode's one-time work (``AnswerMode.warm_up``: Speedup times the models once per
+        machine), done now so that no first answer waits for it: in line like an answer (one that
+        came first goes first; one that comes meanwhile waits and says why, see ``warming_up``), on
+        the generation thread (never beside an answer). Returns what was done, in words; a mode
+        whose warm-up fails says why and its first answer does the work as before."""
+        done: list[str] = []
+        for mode in self.modes.values():
+            try:
+                with self.queue.turn(WARM_UP):
+                    if self.answerer is None:
+                        return done
+                    note = self.generation.call(lambda m=mode: m.warm_up(self.answerer))
+            except QueueFull:
+                continue  # busy people: their answers do it
+            except Cancelled:  # the app is stopping
+                return done
+            except Exception as exc:  # reported; the first answer then does the work as before
+                note = f"{mode.label}: not prepared ahead ({type(exc).__name__}: {exc})"
+            if note:
+                done.append(note)
+        return done
+
+    @property
+    def warming_up(self) -> bool:
+        """The model's turn is the modes' one-time work (``warm_up``), not an answer."""
+        return self.queue.running_owner() == WARM_UP
+
     def stream(self, mode: str, request: AnswerRequest) -> Iterator[str | AnswerProgress | AnswerResult]:
         """The mode's answer, computed on the generation thread (the caller holds the queue's turn)."""
         return self.generation.iterate(self.mode(mode).stream(self.answerer, request))
@@ -243,9 +273,17 @@ class Services:
         except ValueError:
             return False
 
-    def close(self) -> None:
+    def close(self, wait_s: float = CLOSE_WAIT_S) -> None:
+        """Stop: the answer under way ends at its next token and the waiting ones never start; once
+        each has been saved and has left the line (at most ``wait_s``), the models, indexes and
+        history close. Work
+        that cannot stop midway (Speedup timing the models at start) keeps them open: the process's
+        end frees them, never a model freed under the thread computing with it."""
+        self.queue.cancel_all()
         if self._watcher is not None:
             self._watcher.stop()
+        if not self.queue.wait_empty(wait_s):
+            return
         self.history.close()
         if self.answerer is not None:
             self.answerer.close()

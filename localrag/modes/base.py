@@ -141,6 +141,12 @@ class AnswerMode(ABC):
         """(usable, why not) with this loaded target model."""
         return (True, "") if answerer is not None else (False, "no model is loaded")
 
+    def warm_up(self, answerer: Answerer) -> str:
+        """One-time work this mode's first answer would otherwise start with, done ahead (a server
+        calls it on its generation thread, in its turn, while nobody is asking). Returns what it
+        did, in words ('' when there was nothing to do)."""
+        return ""
+
     def refuses(self, request: AnswerRequest) -> str:
         """Why this mode cannot take ``request`` ('' when it can): checked before its turn."""
         return ""
