@@ -44,8 +44,8 @@ from localrag.ui.settings import DRAFT_AUTO, NO_DRAFT, Settings
 
 STREAM_EVERY_S = 0.05  # at most ~20 UI updates a second while streaming
 WAIT_POLL_S = 0.5  # how often a waiting answer refreshes its place in line
-WARMING_UP = ("waiting: the app is timing this machine's models once, since it started (about a minute the "
-              "first time; kept for later); your answer starts right after…")
+WARMING_UP = ("waiting: Speedup's one-time timing of this machine's models, running since the app started, makes "
+              "way for your answer…")
 
 
 @dataclass

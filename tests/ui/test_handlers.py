@@ -9,6 +9,7 @@ from pathlib import Path
 
 from localrag.app.history import Turn
 from localrag.grounded.extras import GroundedDraft, GroundedExtras
+from localrag.modes.base import WarmUpStopped
 from localrag.results import AnswerStats, GenerationStats, RasdStats
 from localrag.ui.documents import DocsController
 from localrag.ui.handlers import (
@@ -723,31 +724,58 @@ def test_a_reopened_chat_restores_its_mode_and_k(make_services):
 
 
 class TimingSpeedup(type(FAKE_MODES["speedup"])):
-    """The fake Speedup, with a one-time warm-up that lasts until the test lets it end."""
+    """The fake Speedup, with a one-time warm-up that lasts until the test lets it end, and gives
+    way (WarmUpStopped) when ``stop`` says an answer waits."""
 
     release = threading.Event()
     started = threading.Event()
-    thread = ""
+    threads: list[str] = []
+    calls = 0
 
-    def warm_up(self, answerer) -> str:
-        TimingSpeedup.thread = threading.current_thread().name
+    def warm_up(self, answerer, stop=lambda: False) -> str:
+        TimingSpeedup.calls += 1
+        TimingSpeedup.threads.append(threading.current_thread().name)
         TimingSpeedup.started.set()
-        assert TimingSpeedup.release.wait(10)
+        while not TimingSpeedup.release.wait(0.01):
+            if stop():
+                raise WarmUpStopped("an answer waits")
         return "Speedup (RASD): timed the forward passes of fake-model once in 0.1 s"
 
+    @classmethod
+    def reset(cls) -> None:
+        cls.release.clear()
+        cls.started.clear()
+        cls.threads, cls.calls = [], 0
 
-def test_the_one_time_timing_runs_ahead_and_a_first_answer_waiting_for_it_says_so(make_services):
+
+def test_the_one_time_timing_runs_ahead_gives_way_to_an_answer_then_ends(make_services, monkeypatch):
     """Speedup's first answer took 56.5 s longer (timing the models): the timing now runs when the
     app starts, on the generation thread, in line like an answer; an answer that comes meanwhile
-    waits and says why, then runs."""
-    TimingSpeedup.release.clear()
-    TimingSpeedup.started.clear()
+    stops it and goes first, and the timing starts again once the model is idle."""
+    import localrag.app.services as services_module
+
+    monkeypatch.setattr(services_module, "WARM_UP_IDLE_S", 0.3)
+    TimingSpeedup.reset()
     s = make_services(modes={**FAKE_MODES, "speedup": TimingSpeedup()})
     done: list[str] = []
     warm = threading.Thread(target=lambda: done.extend(s.warm_up()))
     warm.start()
+    assert TimingSpeedup.started.wait(10) and s.warming_up
+    final = run(ChatController(s).respond(None, "Who polished the mirror?", Settings(mode="speedup")))[-1]
+    assert "Marta Ilves" in final.messages[1]["content"] and done == []  # answered while the timing waits
+    TimingSpeedup.release.set()
+    warm.join(10)
+    assert done == ["Speedup (RASD): timed the forward passes of fake-model once in 0.1 s"]
+    assert TimingSpeedup.calls == 2 and set(TimingSpeedup.threads) == {"localrag-generation"}  # never beside an answer
+
+
+def test_an_answer_asked_during_the_timing_waits_with_a_message_until_it_makes_way(make_services):
+    TimingSpeedup.reset()
+    s = make_services(modes={**FAKE_MODES, "speedup": TimingSpeedup()})
+    s._someone_waits = lambda: False  # a warm-up that cannot stop midway (a model being loaded)
+    warm = threading.Thread(target=s.warm_up)
+    warm.start()
     assert TimingSpeedup.started.wait(10)
-    assert TimingSpeedup.thread == "localrag-generation" and s.warming_up  # never beside an answer
     views = []
     for view in ChatController(s).respond(None, "Who polished the mirror?", Settings(mode="speedup")):
         views.append(view)
@@ -755,11 +783,11 @@ def test_the_one_time_timing_runs_ahead_and_a_first_answer_waiting_for_it_says_s
             assert view.busy and WARMING_UP in view.messages[1]["content"], view.messages[1]
             TimingSpeedup.release.set()
     warm.join(10)
-    assert done == ["Speedup (RASD): timed the forward passes of fake-model once in 0.1 s"]
     assert not views[-1].busy and "Marta Ilves" in views[-1].messages[1]["content"] and not s.warming_up
 
 
 def test_an_answer_that_came_first_goes_before_the_timing(make_services):
+    TimingSpeedup.reset()
     TimingSpeedup.release.set()
     s = make_services(modes={**FAKE_MODES, "speedup": TimingSpeedup()})
     ticket = s.queue.submit("tab-1")  # an answer asked before the warm-up
