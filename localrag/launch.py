@@ -18,6 +18,7 @@ and followed until it exits.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import signal
 import sys
@@ -28,6 +29,8 @@ from dataclasses import replace
 from localrag.app.config import AppConfig
 from localrag.app.options import add_server_args, server_config
 from localrag.models import ModelError
+
+EXIT_GRACE_S = 2.0  # after closing, how long the process may take to end by itself
 
 
 def parse_args(argv: list[str] | None = None) -> AppConfig:
@@ -91,6 +94,10 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"[localrag] following {n} watched folder(s), each synced first", flush=True)
         except Exception as exc:  # the app still serves; they are synced at the next start
             print(f"[localrag] watched folders not followed: {exc}", file=sys.stderr, flush=True)
+        # the modes' one-time work (Speedup times the models once per machine), in line like an
+        # answer, so that no one's first Speedup answer waits for it
+        for note in services.warm_up():
+            print(f"[localrag] {note}", flush=True)
 
     threading.Thread(target=warm, name="localrag-warm", daemon=True).start()
     _step(3, 4, "building the page …")
@@ -117,5 +124,20 @@ def main(argv: list[str] | None = None) -> int:
         run(app, cfg.host, cfg.port)
         return 0
     finally:
-        services.close()  # the folder watchers stop (a running sync ends at its next step)
+        services.close()  # the answer under way stops, the folder watchers stop
+        _exit_soon()
+
+
+def _exit_soon() -> None:
+    """Once the app is closed, the process ends within EXIT_GRACE_S. Two things held it: the
+    interpreter's last garbage collection over the whole heap (Gradio, Chroma, the models: ~3 s on
+    2 cores), which frozen objects skip; and a page's worker thread still inside one step of an
+    answer (a chunk of a long prompt's reading: seconds), which nothing would save any more (the
+    page is gone; SQLite and the index are crash-safe), so after the grace the process ends anyway."""
+    gc.freeze()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    timer = threading.Timer(EXIT_GRACE_S, os._exit, args=(0,))
+    timer.daemon = True  # a process that ends by itself first ends it too
+    timer.start()
 

@@ -129,6 +129,13 @@ GOOD_FOR = {
                    "(1.56x plain on document QA); reads ~500, writes ~72 tokens/s on 2 CPU cores; not for questions",
     **{name: record.good_for for name, record in CHUNKED.items()},
 }
+# The same in one plain line, for the page's header (the figures above stay in the model picker's details).
+IN_A_LINE = {
+    "qwen2.5-coder-1.5b-instruct": "The default: answers questions about your documents and code, on a CPU.",
+    "qwen2.5-coder-0.5b-instruct": "Quicker answers than the default, less often right; Speedup's draft model.",
+    "smollm2-135m-instruct": "Trying the app, or a weak laptop: very fast, but often wrong.",
+    "gemma3-270m": "Continuing and copying text (a base model, no chat): not for questions.",
+}
 
 
 def _smollm2_path(models_dir: Path, progress: Progress | None = None) -> Path:

@@ -245,7 +245,8 @@ class RasdStats(DecoderStats):
         return max(self.tree_sizes, default=0)
 
     def stats_parts(self) -> list[str]:
-        return ["draft model idle (it would not repay its time here)"] if self.draft_idle else []
+        # the speedup beside it is then retrieval's alone: said so, or the two read as a contradiction
+        return ["draft model idle (it would not repay its time here): retrieval alone speculated"] if self.draft_idle else []
 
     def to_dict(self) -> dict:
         return {**super().to_dict(), "tree_size_mean": self.tree_size_mean, "tree_size_max": self.tree_size_max}

@@ -51,3 +51,26 @@ def test_the_first_speedup_answer_says_it_times_the_model_once_and_later_ones_do
         assert again.text == first.text  # the stored curve decides nothing about the (lossless) answer
     finally:
         idx.close()
+
+
+def test_the_timing_done_at_start_leaves_the_first_answer_nothing_to_wait_for(smollm2_engine, tmp_path, monkeypatch):
+    """The app's start times the models (``Services.warm_up``, on its generation thread, in line like
+    an answer): the first Speedup answer then neither says it is measuring nor waits for it."""
+    from localrag.app.config import AppConfig
+    from localrag.app.services import Services
+
+    monkeypatch.setenv("LOCALRAG_CACHE_DIR", str(tmp_path / "cache"))  # nothing measured on this "machine" yet
+    services = Services(AppConfig(data_dir=tmp_path / "data", index=IndexConfig(index_dir=tmp_path / "index")),
+                        engine=smollm2_engine)
+    try:
+        assert services.index("default").ingest([write_sample_docs(tmp_path / "docs")]).added == 2
+        [note] = services.warm_up()
+        assert note.startswith("Speedup (RASD): timed the forward passes of smollm2") and " once in " in note, note
+        assert list((tmp_path / "cache" / "cost").glob("*.json"))  # the curve, on disk
+        assert services.warm_up() == []  # once
+        request = services.request("speedup", QUESTION, gen=GenerationConfig(max_tokens=8), values={"k": 2})
+        items = list(services.stream("speedup", request))
+        assert "measuring" not in [i.stage for i in items if isinstance(i, AnswerProgress)]
+        assert not [n for n in items[-1].notes if "forward passes" in n]
+    finally:
+        services.close()

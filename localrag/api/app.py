@@ -9,9 +9,11 @@ The launcher (``localrag.launch``) mounts the Gradio page on the same app at ``/
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hmac
 import signal
+import sys
 from collections.abc import AsyncIterator
 
 import uvicorn
@@ -81,13 +83,82 @@ def _stopped(signum, frame) -> None:
     raise _Stopped
 
 
+class EndStreams:
+    """Ends every open HTTP response when the server stops. uvicorn's graceful shutdown waits for
+    each connection to finish its response, and a browser tab's event stream (Gradio's queue,
+    an SSE response) never finishes: with a tab open, SIGTERM closed the port and the process
+    lived on, and a second Ctrl-C cancelled the streams, each with its traceback. Here a request
+    runs as a task beside the stop event: on stop, the task is cancelled and the response ended
+    as the client sees a finished one (its last body part, or a 503 before it started), so the
+    server finds its connections done and nothing is left to log."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+
+    def stop(self) -> None:
+        """From any thread (a signal handler): end the open responses, refuse new ones."""
+        if self._loop is not None and self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if self._stop is None:
+            self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
+        started = ended = False
+
+        async def tracked(message) -> None:
+            nonlocal started, ended
+            if message["type"] == "http.response.start":
+                started = True
+            elif message["type"] == "http.response.body" and not message.get("more_body", False):
+                ended = True
+            await send(message)
+
+        task = asyncio.ensure_future(self.app(scope, receive, tracked))
+        stopping = asyncio.ensure_future(self._stop.wait())
+        try:
+            await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopping.cancel()
+        if task.done():
+            task.result()  # the response as the app gave it (its error raised as before)
+            return
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+        if not started:
+            await ApiError(503, "the server is stopping", code="server_stopping").response()(scope, receive, send)
+        elif not ended:
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server that, at the first SIGINT or SIGTERM, says so in one line and ends the open
+    responses (``EndStreams``) instead of waiting for them."""
+
+    def __init__(self, config: uvicorn.Config, streams: EndStreams) -> None:
+        super().__init__(config)
+        self.streams = streams
+
+    def handle_exit(self, sig: int, frame) -> None:
+        if not self.should_exit:
+            print(f"[localrag] {signal.Signals(sig).name}: stopping", file=sys.stderr, flush=True)
+        super().handle_exit(sig, frame)
+        self.streams.stop()
+
+
 def run(app: FastAPI, host: str, port: int) -> None:
     """Serve until Ctrl-C or SIGTERM, then return, so the caller's cleanup runs (the folder
     watchers stop). uvicorn shuts down gracefully and then raises the signal again for the handler
     that was there before it: this one, instead of the default that would end the process."""
     previous = {sig: signal.signal(sig, _stopped) for sig in (signal.SIGINT, signal.SIGTERM)}
+    streams = EndStreams(app)
     try:
-        uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning")).run()
+        _Server(uvicorn.Config(streams, host=host, port=port, log_level="warning"), streams).run()
     except _Stopped:
         pass
     finally:

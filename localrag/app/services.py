@@ -18,20 +18,21 @@ from __future__ import annotations
 
 import ipaddress
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from localrag.answer import Answerer, ModelHub
 from localrag.app.config import AppConfig
 from localrag.app.history import ChatStore
-from localrag.app.serving import GenerationQueue, GenerationThread, QueueFull
+from localrag.app.serving import Cancelled, GenerationQueue, GenerationThread, QueueFull
 from localrag.backends.base import Backend
 from localrag.backends.endpoint import EndpointEngine, EndpointError
 from localrag.config import GenerationConfig, ModelConfig
 from localrag.engine import Engine
 from localrag.models import ModelError
 from localrag.modes import MODES, AnswerMode, AnswerRequest, get_mode
-from localrag.modes.base import CancelFlag
+from localrag.modes.base import CancelFlag, WarmUpStopped
 from localrag.rag.check import IndexCheck
 from localrag.rag.index import DocumentIndex
 from localrag.rag.indexes import IndexSet
@@ -40,6 +41,9 @@ from localrag.rasd import load_draft
 from localrag.results import AnswerProgress, AnswerResult
 
 DEFAULT_COLLECTION = "default"
+CLOSE_WAIT_S = 1.5  # how long close() waits for the answer under way to end (it ends at its next token)
+WARM_UP = "localrag:warm-up"
+WARM_UP_IDLE_S = 5.0  # a warm-up that gave way to an answer starts again after this long without one  # the queue owner of the modes' one-time work at start (warm_up)
 LOAD_ERRORS = (ModelError, OSError, RuntimeError, ValueError)  # a model that fails to load says why
 # (EndpointError is a RuntimeError: a serving engine that is down or serves another model says why too)
 
@@ -86,6 +90,7 @@ class Services:
         self.answerer: Answerer | None = None
         self._watcher: FolderWatcher | None = None
         self._watcher_lock = threading.Lock()
+        self._closing = threading.Event()  # close() was called: the warm-up gives up
         self.index_health = ""  # check_index's warning ('' while the index is healthy or unchecked)
         self._set_engine(engine)
 
@@ -175,6 +180,53 @@ class Services:
         return AnswerRequest(question, tuple(history), gen or GenerationConfig(), collection=collection,
                              documents=documents, cancel=cancel, options=self.mode(mode).options(values))
 
+    def warm_up(self) -> list[str]:
+        """Each mode's one-time work (``AnswerMode.warm_up``: Speedup times the models once per
+        machine), done now so that no first answer waits for it: in line like an answer, on the
+        generation thread (never beside an answer), and giving way: an answer that comes meanwhile
+        stops it and goes first, and it starts again once the model has been idle WARM_UP_IDLE_S.
+        Returns what was done, in words; a mode whose warm-up fails says why (its first answer then
+        does the work, as before)."""
+        done: list[str] = []
+        for mode in self.modes.values():
+            note = ""
+            while not self._closing.is_set():
+                try:
+                    with self.queue.turn(WARM_UP):
+                        if self.answerer is None:
+                            return done
+                        note = self.generation.call(lambda m=mode: m.warm_up(self.answerer, self._someone_waits))
+                    break
+                except WarmUpStopped:
+                    self._wait_idle()
+                except (QueueFull, Cancelled):  # busy people (their answers do it), or stopping
+                    break
+                except Exception as exc:  # reported; the first answer then does the work as before
+                    note = f"{mode.label}: not prepared ahead ({type(exc).__name__}: {exc})"
+                    break
+            if note:
+                done.append(note)
+        return done
+
+    def _someone_waits(self) -> bool:
+        return self.queue.waiting() > 0 or self._closing.is_set()
+
+    def _wait_idle(self) -> None:
+        """Until nobody has used or waited for the model for WARM_UP_IDLE_S (or the app stops)."""
+        quiet_since = None
+        while not self._closing.wait(0.25):
+            if self.queue.busy or self.queue.waiting():
+                quiet_since = None
+            elif quiet_since is None:
+                quiet_since = time.monotonic()
+            elif time.monotonic() - quiet_since >= WARM_UP_IDLE_S:
+                return
+
+    @property
+    def warming_up(self) -> bool:
+        """The model's turn is the modes' one-time work (``warm_up``), not an answer."""
+        return self.queue.running_owner() == WARM_UP
+
     def stream(self, mode: str, request: AnswerRequest) -> Iterator[str | AnswerProgress | AnswerResult]:
         """The mode's answer, computed on the generation thread (the caller holds the queue's turn)."""
         return self.generation.iterate(self.mode(mode).stream(self.answerer, request))
@@ -243,9 +295,17 @@ class Services:
         except ValueError:
             return False
 
-    def close(self) -> None:
+    def close(self, wait_s: float = CLOSE_WAIT_S) -> None:
+        """Stop: the answer under way ends at its next token and the waiting ones never start; once
+        each has been saved and has left the line (at most ``wait_s``), the models, indexes and
+        history close. Work that cannot stop midway (Speedup timing the models at start) keeps them
+        open: the process's end frees them, never a model freed under the thread computing with it."""
+        self._closing.set()
+        self.queue.cancel_all()
         if self._watcher is not None:
             self._watcher.stop()
+        if not self.queue.wait_empty(wait_s):
+            return
         self.history.close()
         if self.answerer is not None:
             self.answerer.close()

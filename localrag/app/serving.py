@@ -120,6 +120,20 @@ class GenerationQueue:
             self._cond.notify_all()
             return len(mine)
 
+    def cancel_all(self) -> int:
+        """Cancel every unreleased ticket (the server stops); returns how many."""
+        with self._cond:
+            for t in self._line:
+                t.cancel.set()
+            self._cond.notify_all()
+            return len(self._line)
+
+    def wait_empty(self, timeout: float) -> bool:
+        """Block until every ticket is released, the running one and the waiting ones (True), or
+        ``timeout`` passes (False)."""
+        with self._cond:
+            return self._cond.wait_for(lambda: not self._line, timeout)
+
     # ------------------------------------------------------------ waiting
     def wait_turn(self, ticket: Ticket, timeout: float | None = None) -> bool:
         """Block until ``ticket``'s turn starts (True), it is cancelled, or ``timeout`` passes (False)."""
@@ -163,6 +177,11 @@ class GenerationQueue:
     def busy(self) -> bool:
         with self._cond:
             return any(t.started is not None for t in self._line)
+
+    def running_owner(self) -> str | None:
+        """The owner of the ticket whose turn it is (None when nobody's is)."""
+        with self._cond:
+            return next((t.owner for t in self._line if t.started is not None), None)
 
     def waiting(self) -> int:
         with self._cond:

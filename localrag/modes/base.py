@@ -111,6 +111,10 @@ class AnswerRequest:
         return self.cancel is not None and self.cancel.is_set()
 
 
+class WarmUpStopped(RuntimeError):
+    """``AnswerMode.warm_up`` gave way to an answer: done in part or not at all, to be tried again."""
+
+
 class AnswerMode(ABC):
     """One way of answering a question over the documents."""
 
@@ -140,6 +144,13 @@ class AnswerMode(ABC):
     def available(self, answerer: Answerer | None) -> tuple[bool, str]:
         """(usable, why not) with this loaded target model."""
         return (True, "") if answerer is not None else (False, "no model is loaded")
+
+    def warm_up(self, answerer: Answerer, stop: Callable[[], bool] = lambda: False) -> str:
+        """One-time work this mode's first answer would otherwise start with, done ahead (a server
+        calls it on its generation thread, in its turn, while nobody is asking). Returns what it
+        did, in words ('' when there was nothing to do); WarmUpStopped when ``stop`` said someone
+        is waiting (the server tries again once idle)."""
+        return ""
 
     def refuses(self, request: AnswerRequest) -> str:
         """Why this mode cannot take ``request`` ('' when it can): checked before its turn."""

@@ -11,15 +11,16 @@ draft for the loaded target, e.g. Qwen2.5-Coder-0.5B for the 1.5B)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from localrag.answer import Answerer, Found
 from localrag.backends.base import Backend
 from localrag.generation import Decoder, Generation
-from localrag.modes.base import AnswerRequest, option
+from localrag.modes.base import AnswerRequest, WarmUpStopped, option
 from localrag.modes.plain import PlainMode, PlainOptions
-from localrag.rasd import CopiedToken, RasdDecoder, unmeasured
+from localrag.rasd import CopiedToken, RasdDecoder, measure_costs, unmeasured
+from localrag.rasd.cost import MeasureStopped
 from localrag.results import AnswerProgress, ChunkLike, CopiedSpan
 
 AUTO, NONE = "auto", "none"
@@ -69,6 +70,24 @@ class SpeedupMode(PlainMode):
         if answerer.has_runtime((self.id, name)):
             return []
         return unmeasured(answerer.engine.backend, answerer.config.rasd, draft)
+
+    def warm_up(self, answerer: Answerer, stop: Callable[[], bool] = lambda: False) -> str:
+        """The default draft model loaded and, the first time on this machine, the models' forward
+        passes timed (their cost curves: about a minute for the default pair on 2 CPU cores), so
+        that no one's first Speedup answer waits for it; an answer that comes meanwhile stops it."""
+        if not self.available(answerer)[0]:
+            return ""
+        name, draft, why = self._draft(answerer, AnswerRequest("", options=self.options()))
+        t0 = time.perf_counter()
+        try:
+            timed = [] if answerer.has_runtime((self.id, name)) else measure_costs(
+                answerer.engine.backend, answerer.config.rasd, draft, stop)
+        except MeasureStopped as exc:
+            raise WarmUpStopped(str(exc)) from exc
+        if timed:
+            return (f"{self.label}: timed the forward passes of {' and '.join(b.name for b in timed)} once in "
+                    f"{time.perf_counter() - t0:.1f} s")
+        return f"{self.label}: {why}" if why else ""
 
     def getting_ready(self, answerer: Answerer, request: AnswerRequest) -> Iterator[AnswerProgress]:
         name, draft, _ = self._draft(answerer, request)

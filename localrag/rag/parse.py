@@ -37,6 +37,7 @@ from pypdf import PdfReader
 from pypdf.errors import FileNotDecryptedError, PdfReadError, PdfStreamError
 
 from localrag.rag.ocr import OcrUnavailable, PageReader
+from localrag.rag.records import clean_heading
 
 MARKDOWN_EXT = {".md", ".markdown", ".mdown", ".mkd"}
 HTML_EXT = {".html", ".htm", ".xhtml"}
@@ -414,6 +415,9 @@ class _HtmlUnits(HTMLParser):
         if not body:
             return
         if tag in _HTML_HEADINGS:
+            body = clean_heading(body)
+            if not body:
+                return
             level = int(tag[1])
             self.headings = [h for h in self.headings if h[0] < level] + [(level, body)]
             self.out.append(Unit(body, "heading", True, None, line, line, tuple(h[1] for h in self.headings)))

@@ -9,8 +9,19 @@ formatting, so the UI, the CLI and the chat layer can all consume them.
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+# The permalink a documentation generator puts in a heading (Sphinx, the Go spec: "¶"; others "🔗", "⚓"):
+# not part of the title ("§ 3.6. Module Path¶").
+PERMALINK_MARKS = "¶🔗⚓"
+_PERMALINK_EDGE = re.compile(f"^[\\s{PERMALINK_MARKS}]+|[\\s{PERMALINK_MARKS}]+$")
+
+
+def clean_heading(title: str) -> str:
+    """A heading without the permalink marks at its start or end ("3.6. Module Path¶" -> "3.6. Module Path")."""
+    return _PERMALINK_EDGE.sub("", title)
 
 
 @dataclass(frozen=True)
@@ -40,7 +51,7 @@ class Hit:
         if self.page is not None:
             return f"{name} p.{self.page} (OCR)" if self.ocr else f"{name} p.{self.page}"
         if self.heading_path and name.lower().endswith((".html", ".htm")):
-            return f"{name} § {self.heading_path[-1]}"  # a reader of a web page sees headings, not source lines
+            return f"{name} § {clean_heading(self.heading_path[-1])}"  # a reader of a web page sees headings, not source lines
         if self.line_start is None:
             return name
         same = self.line_end is None or self.line_end == self.line_start

@@ -8,7 +8,7 @@ The phases and the cost model: docs/design.md ("Speedup: RASD").
 """
 
 from localrag.rasd.draft import check_vocab, load_draft
-from localrag.rasd.loop import CopiedToken, RasdDecoder, unmeasured
+from localrag.rasd.loop import CopiedToken, RasdDecoder, measure_costs, unmeasured
 from localrag.rasd.tree import TokenTree
 
-__all__ = ["CopiedToken", "RasdDecoder", "TokenTree", "check_vocab", "load_draft", "unmeasured"]
+__all__ = ["CopiedToken", "RasdDecoder", "TokenTree", "check_vocab", "load_draft", "measure_costs", "unmeasured"]

@@ -34,7 +34,7 @@ import json
 import os
 import platform
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -43,6 +43,10 @@ from localrag.backends.base import Backend
 from localrag.config import default_cache_dir
 
 PROBE_KS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
+
+
+class MeasureStopped(RuntimeError):
+    """A timing stopped midway (``CostModel.measure``'s ``stop``): nothing measured is kept."""
 
 
 def probe_sizes(max_k: int) -> list[int]:
@@ -138,8 +142,10 @@ class CostModel:
         return cls(ks, [base_s + per_token_s * (k - 1) for k in ks])
 
     @classmethod
-    def measure(cls, backend: Backend, max_k: int, context: int = 256, reps: int = 3) -> CostModel:
+    def measure(cls, backend: Backend, max_k: int, context: int = 256, reps: int = 3,
+                stop: Callable[[], bool] | None = None) -> CostModel:
         """Time chains of k tokens on top of `context` tokens; restores an empty cache after.
+        ``stop``: asked before each timed forward; when it says so, MeasureStopped (nothing kept).
 
         The backend's committed context is cleared (call this at load, before prompts)."""
         backend.reset()
@@ -151,6 +157,9 @@ class CostModel:
         times: dict[int, list[float]] = {k: [] for k in ks}
         for rep in range(reps + 1):  # round-robin over k, so load spikes hit every size alike
             for k in ks:
+                if stop is not None and stop():
+                    backend.reset()
+                    raise MeasureStopped(f"timing {backend.name} stopped")
                 t0 = time.perf_counter()
                 if k == 1:
                     backend.decode_one(toks[0])
@@ -189,13 +198,14 @@ class CostModel:
         return None
 
     @classmethod
-    def load_or_measure(cls, backend: Backend, max_k: int, refresh: bool = False) -> CostModel:
+    def load_or_measure(cls, backend: Backend, max_k: int, refresh: bool = False,
+                        stop: Callable[[], bool] | None = None) -> CostModel:
         """The stored curve, else one measured now (seconds) and stored for the next time."""
         model = None if refresh else cls.stored(backend, max_k)
         if model is not None:
             return model
         path = cls._path(device_key(backend))
-        model = cls.measure(backend, max_k)
+        model = cls.measure(backend, max_k, stop=stop)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(".tmp")

@@ -21,7 +21,7 @@ and transformers alike). The design and the cost model: docs/design.md ("Speedup
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -45,7 +45,7 @@ from localrag.rasd.proposers import (
 from localrag.rasd.tree import TokenTree
 from localrag.results import RasdStats, StepRecord
 
-__all__ = ["CopiedToken", "RasdDecoder", "unmeasured"]
+__all__ = ["CopiedToken", "RasdDecoder", "measure_costs", "unmeasured"]
 
 # an answer's length in tokens before this decoder has written any (a short document answer with
 # a sentence of context); then an EMA of its answers' lengths. Weighs the draft's prompt reading.
@@ -63,6 +63,17 @@ def unmeasured(target: Backend, config: RasdConfig, draft: Backend | None = None
         return []
     need = [] if CostModel.stored(target, _max_nodes(target, config) + 1) else [target]
     return need + ([draft] if draft is not None and not CostModel.stored(draft, DRAFT_MAX_K) else [])
+
+
+def measure_costs(target: Backend, config: RasdConfig, draft: Backend | None = None,
+                  stop: Callable[[], bool] | None = None) -> list[Backend]:
+    """Time now the models ``unmeasured`` names (their curves kept on disk for every later
+    decoder); ``stop`` ends it midway (MeasureStopped, nothing kept). Returns the models timed."""
+    timed = unmeasured(target, config, draft)
+    for backend in timed:
+        CostModel.load_or_measure(backend, _max_nodes(target, config) + 1 if backend is target else DRAFT_MAX_K,
+                                  stop=stop)
+    return timed
 
 
 class RasdDecoder(Decoder):

@@ -8,7 +8,7 @@ raises into the UI: every failure becomes a message the user can read.
     chat = ChatController(services)
     for view in chat.respond(None, "What is in the report?", Settings()):
         print(view.messages[-1]["content"])
-    SettingsController(services).model_status()     # the header: the model, its file, size, architecture
+    SettingsController(services).model_status()     # the header: the model and what it is good for
 """
 
 from __future__ import annotations
@@ -21,7 +21,16 @@ from pathlib import Path
 from localrag.app.history import ChatInfo, Turn, make_title
 from localrag.app.services import Services
 from localrag.app.serving import QueueFull, Ticket, ordinal
-from localrag.models import BUNDLED, GOOD_FOR, ModelError, ModelInfo, inspect_gguf, list_models, resolve
+from localrag.models import (
+    BUNDLED,
+    GOOD_FOR,
+    IN_A_LINE,
+    ModelError,
+    ModelInfo,
+    inspect_gguf,
+    list_models,
+    resolve,
+)
 from localrag.modes import option_fields
 from localrag.results import AnswerProgress, AnswerResult
 from localrag.ui.render import (
@@ -35,6 +44,8 @@ from localrag.ui.settings import DRAFT_AUTO, NO_DRAFT, Settings
 
 STREAM_EVERY_S = 0.05  # at most ~20 UI updates a second while streaming
 WAIT_POLL_S = 0.5  # how often a waiting answer refreshes its place in line
+WARMING_UP = ("waiting: Speedup's one-time timing of this machine's models, running since the app started, makes "
+              "way for your answer…")
 
 
 @dataclass
@@ -46,6 +57,8 @@ class ChatView:
     steps: list[int] = field(default_factory=list)
     busy: bool = False
     note: str = ""
+    mode: str = ""  # a reopened chat: the mode of its last answer ('' to leave the picker as it is)
+    k: int = 0  # ... and the chunks it searched (0: leave as it is)
 
 
 def history_choices(services: Services, now: float | None = None) -> list[tuple[str, int]]:
@@ -65,9 +78,19 @@ class ChatController:
         self.s = services
 
     def load(self, chat_id: int | None) -> ChatView:
+        """A chat from the history, with the mode its last answer used (by its id: an older chat
+        stored an alias) and the k it searched with, so asking again goes on as it went."""
         turns = self.s.history.turns(chat_id)
         steps = accepted_per_step(turns[-1].stats) if turns else []
-        return ChatView(chat_messages(turns), chat_id, steps)
+        mode, k = "", 0
+        if turns:
+            try:
+                mode = self.s.mode(turns[-1].mode).id
+            except ValueError:  # a mode this version no longer has
+                mode = ""
+            stats = turns[-1].stats
+            k = stats.search.k if stats is not None and stats.search.k else 0
+        return ChatView(chat_messages(turns), chat_id, steps, mode=mode, k=k)
 
     def stop(self, owner: str = "") -> None:
         """Stop the answers of one browser session (``owner``), waiting or running; others go on."""
@@ -119,19 +142,23 @@ class ChatController:
             yield view(False)
             return
         try:
-            while not self.s.queue.wait_turn(ticket, timeout=WAIT_POLL_S):
-                if ticket.cancelled:
-                    turn.notes.append("Stopped before it started.")
-                    break
-                yield view(status=f"⏳ waiting: {ordinal(self.s.queue.position(ticket))} in line")
-            else:
-                yield from self._answer(turn, previous, settings, ticket, view)
-        except Exception as exc:  # any failure becomes a message, never a traceback in the page
-            turn.error = f"{type(exc).__name__}: {exc}"
+            try:
+                while not self.s.queue.wait_turn(ticket, timeout=WAIT_POLL_S):
+                    if ticket.cancelled:
+                        turn.notes.append("Stopped before it started.")
+                        break
+                    if self.s.warming_up:  # the one-time timing at start: this answer comes right after it
+                        yield view(status=f"⏳ {WARMING_UP}")
+                    else:
+                        yield view(status=f"⏳ waiting: {ordinal(self.s.queue.position(ticket))} in line")
+                else:
+                    yield from self._answer(turn, previous, settings, ticket, view)
+            except Exception as exc:  # any failure becomes a message, never a traceback in the page
+                turn.error = f"{type(exc).__name__}: {exc}"
+            turn.answer = turn.answer.strip()
+            self.s.history.add_turn(chat_id, turn)  # saved before the turn ends: closing the app waits for it
         finally:
             self.s.queue.release(ticket)
-        turn.answer = turn.answer.strip()
-        self.s.history.add_turn(chat_id, turn)
         yield view(False)
 
     def _answer(self, turn: Turn, previous: list[Turn], settings: Settings, ticket: Ticket,
@@ -230,17 +257,31 @@ class SettingsController:
         return self.s.swap_model(name, gpu_layers)
 
     def model_status(self) -> str:
-        """The header: the model line, what the model is (its file, size, architecture), then the
-        index's health warning, if any."""
+        """The header: the model line, one plain line of what the model is good for, then the
+        index's health warning, if any. No figures and no path: those are the picker's details."""
         line, sep, rest = self.s.model_status().partition("  \n")
-        about = describe_model(self.s.model_config.model) if self.s.engine is not None else ""
+        about = good_for_line(self.s.model_config.model) if self.s.engine is not None and not self.s.answerer.remote \
+            else ""
         return line + (f"  \n{about}" if about else "") + sep + rest
+
+    def model_details(self, model: str = "") -> str:
+        """The model picker's details: the file, its size, architecture, context and path, and what
+        it is good for with the measured figures."""
+        return describe_model(model or self.s.model_config.model)
 
     def model_choices(self, usable: Sequence[str]) -> list[str]:
         """The model picker's choices: the registry's usable models, and the loaded one when it was
         given by path (else the picker showed nothing)."""
         current = self.s.model_config.model
         return [*usable, current] if current and current not in usable else list(usable)
+
+
+def good_for_line(model: str) -> str:
+    """What a model is good for, in one plain line (the registry's), or where to read about one of
+    the person's own."""
+    if not model:
+        return ""
+    return f"_{IN_A_LINE.get(model, 'A model of your own: its file and size are under ⚙️ Mode & model.')}_"
 
 
 def describe_model(model: str) -> str:

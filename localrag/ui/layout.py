@@ -25,6 +25,7 @@ from localrag.ui.render import plotted_steps
 from localrag.ui.settings import DRAFT_AUTO, MODE_DEFAULT, NO_DRAFT, Settings
 from localrag.ui.sources import SourceController, SourceView
 
+K_MIN, K_MAX = 1, 20  # the retrieval k slider's range
 WATCH_REFRESH_S = 2.0  # how often the page shows the watched folders' states
 WATCH_HELP = ("A folder on this machine, by its path (the app runs here, so it reads the folder in place; a "
               "dropped folder is a copy). It is indexed now; then every file created, edited, renamed or deleted "
@@ -39,7 +40,12 @@ CSS = """
 .lr-unsupported { text-decoration: underline dotted; text-decoration-thickness: 2px; cursor: help; }
 #chatbot mark, #source-body mark { background: #fde68a; color: inherit; padding: 0 1px; border-radius: 2px; }
 a.lr-open { cursor: pointer; }
-#source-body img.lr-page { width: 100%; height: auto; border: 1px solid #d4d4d8; }
+#source-body .lr-page-view { overflow: auto; max-height: 72vh; border: 1px solid #d4d4d8; background: #f4f4f5; }
+#source-body img.lr-page { display: block; max-width: none !important; height: auto; margin: 0; }
+#source-body .lr-zoom { display: flex; gap: 6px; align-items: center; margin-bottom: 6px; }
+#source-body .lr-zoom button { padding: 2px 10px; border: 1px solid #d4d4d8; border-radius: 6px; background: white;
+                               cursor: pointer; min-width: 2.2em; }
+#source-body .lr-zoom-level { font-size: 0.85em; opacity: 0.8; margin-left: 4px; }
 #source-body pre.lr-code { white-space: pre-wrap; font-size: 0.85em; line-height: 1.45; }
 #source-body .lr-ln { display: inline-block; min-width: 3.5em; padding-right: 0.8em; text-align: right;
                       color: #a1a1aa; user-select: none; }
@@ -77,6 +83,54 @@ document.addEventListener("click", (ev) => {
   box.dispatchEvent(new Event("input", {bubbles: true}));
   setTimeout(() => document.querySelector("#source-open").click(), 50);
 }, true);
+// A PDF page (render.page_html): shown at its actual size (96 dpi: body text as a PDF viewer shows
+// it at 100 %), or the panel's width when that is wider, and scrolled to the highlighted passage;
+// the zoom buttons change the size, keeping the middle of the view where it was. The zoom chosen
+// stays for the next page opened.
+(() => {
+  const ZOOMS = [0.5, 0.75, 1, 1.25, 1.5, 2, 3];
+  let zoom = null;  // null: automatic; "fit": the panel's width; a number: times the actual size
+  const actual = v => parseFloat(v.dataset.widthPt) * 96 / 72;
+  const size = v => {
+    const img = v.querySelector("img.lr-page"), fit = v.clientWidth;
+    const w = zoom === "fit" ? fit : zoom === null ? Math.max(actual(v), fit) : actual(v) * zoom;
+    img.style.width = Math.round(w) + "px";
+    const level = v.parentElement.querySelector(".lr-zoom-level");
+    if (level) level.textContent = Math.round(100 * w / actual(v)) + " %";
+    return w;
+  };
+  const focus = v => {
+    const w = size(v), h = w * parseFloat(v.dataset.heightPt) / parseFloat(v.dataset.widthPt);
+    if (v.dataset.focusY === undefined) { v.scrollTop = 0; v.scrollLeft = 0; return; }
+    v.scrollTop = Math.max(0, parseFloat(v.dataset.focusY) * h - v.clientHeight * 0.2);
+    v.scrollLeft = Math.max(0, parseFloat(v.dataset.focusX) * w - 24);
+  };
+  const setUp = (v, tries = 0) => {
+    if (!v.isConnected) return;
+    if (v.clientWidth === 0 && tries < 100) { setTimeout(() => setUp(v, tries + 1), 50); return; }  // a hidden tab
+    focus(v);
+    v.dataset.lrReady = "1";
+  };
+  new MutationObserver(() => document.querySelectorAll(".lr-page-view:not([data-lr-placed])").forEach(v => {
+    v.dataset.lrPlaced = "1";
+    setUp(v);
+  })).observe(document.documentElement, {childList: true, subtree: true});
+  document.addEventListener("click", (ev) => {
+    const b = ev.target.closest && ev.target.closest(".lr-zoom-btn");
+    if (!b) return;
+    const v = b.closest(".lr-pdf").querySelector(".lr-page-view");
+    const cx = (v.scrollLeft + v.clientWidth / 2) / v.scrollWidth, cy = (v.scrollTop + v.clientHeight / 2) / v.scrollHeight;
+    const now = v.querySelector("img.lr-page").getBoundingClientRect().width / actual(v);
+    const step = b.dataset.zoom;
+    if (step === "fit") zoom = "fit";
+    else if (step === "actual") zoom = 1;
+    else if (step === "in") zoom = ZOOMS.find(z => z > now + 0.01) ?? ZOOMS[ZOOMS.length - 1];
+    else zoom = [...ZOOMS].reverse().find(z => z < now - 0.01) ?? ZOOMS[0];
+    size(v);
+    v.scrollLeft = cx * v.scrollWidth - v.clientWidth / 2;
+    v.scrollTop = cy * v.scrollHeight - v.clientHeight / 2;
+  });
+})();
 </script>"""
 
 
@@ -204,9 +258,9 @@ def build_app(services: Services) -> gr.Blocks:
                         with gr.Row():
                             unwatch_pick = gr.Dropdown(choices=docs.watched_choices(default.collection),
                                                        label="Stop watching", elem_id="unwatch-pick", scale=3)
-                            unwatch_delete = gr.Checkbox(label="also remove its documents", elem_id="unwatch-delete",
-                                                         scale=2)
                             unwatch_btn = gr.Button("Stop", size="sm", scale=1, elem_id="unwatch")
+                        # a row of its own: beside the picker, its label was cut to "also remove its docu"
+                        unwatch_delete = gr.Checkbox(label="also remove its documents", elem_id="unwatch-delete")
                     watch_timer = gr.Timer(WATCH_REFRESH_S)
                     syncs_seen = gr.State(0)
                 with gr.Tab("⚙️ Mode & model"):
@@ -216,13 +270,15 @@ def build_app(services: Services) -> gr.Blocks:
                     on_unsupported = gr.Radio(choices=UNSUPPORTED_CHOICES, value=default.on_unsupported,
                                               label="When your documents do not support an answer",
                                               elem_id="on-unsupported")
-                    k = gr.Slider(1, 20, value=default.k, step=1, label="Retrieval k (chunks)")
+                    k = gr.Slider(K_MIN, K_MAX, value=default.k, step=1, label="Retrieval k (chunks)")
                     temperature = gr.Slider(0.0, 1.5, value=default.temperature, step=0.05,
                                             label="Temperature (0 = greedy)")
                     max_tokens = gr.Slider(16, 2048, value=default.max_tokens, step=16, label="Max tokens", elem_id="max-tokens")
                     model = gr.Dropdown(choices=model_choices, value=services.model_config.model
                                         if services.model_config.model in model_choices else None,
-                                        allow_custom_value=True, label="Model (name or .gguf path)")
+                                        allow_custom_value=True, label="Model (name or .gguf path)", elem_id="model")
+                    # what the header leaves out: the file, its size, and what the model is good for, measured
+                    model_details = gr.Markdown(conf.model_details(), elem_id="model-details", elem_classes="small-note")
                     gpu_layers = gr.Number(value=services.model_config.n_gpu_layers, precision=0,
                                            label="GPU layers (-1 = all, 0 = CPU)")
                     load_btn = gr.Button("Load model", size="sm")
@@ -236,8 +292,9 @@ def build_app(services: Services) -> gr.Blocks:
                 with gr.Tab("🔍 Source", id="source"):
                     source_head = gr.Markdown(SOURCE_HELP, elem_id="source-head")
                     with gr.Row():
-                        source_prev = gr.Button("◀ Previous page", size="sm", interactive=False, elem_id="source-prev")
-                        source_next = gr.Button("Next page ▶", size="sm", interactive=False, elem_id="source-next")
+                        # a paged source's (a PDF's) only: hidden for Markdown, text, HTML, code
+                        source_prev = gr.Button("◀ Previous page", size="sm", visible=False, elem_id="source-prev")
+                        source_next = gr.Button("Next page ▶", size="sm", visible=False, elem_id="source-next")
                     source_body = gr.HTML(elem_id="source-body")
                     source_at = gr.State(None)  # the open source: (SourceKey, previous page, next page)
 
@@ -265,8 +322,19 @@ def build_app(services: Services) -> gr.Blocks:
             trigger(respond, [chat_id, question, *settings_inputs], [*chat_outs, question])
         regen.click(regenerate, [chat_id, *settings_inputs], chat_outs)
         stop.click(stop_mine, None, None, queue=False)
-        new_btn.click(lambda: ([], None, gr.update(visible=False), gr.update(value=None)), None, chat_outs)
-        history.input(lambda cid: chat_outputs(chat.load(cid)), [history], chat_outs)
+        # another chat: the Source tab no longer shows the last chat's source
+        source_outs = [source_head, source_body, source_prev, source_next, source_at]
+        no_source = (SOURCE_HELP, "", gr.update(visible=False), gr.update(visible=False), None)
+        new_btn.click(lambda: ([], None, gr.update(visible=False), gr.update(value=None), *no_source), None,
+                      [*chat_outs, *source_outs])
+
+        def reopen(cid):
+            """A chat from the history, in the mode (and with the k) its last answer used."""
+            v = chat.load(cid)
+            return (*chat_outputs(v), *no_source, gr.update(value=v.mode) if v.mode else gr.skip(),
+                    gr.update(value=v.k) if K_MIN <= v.k <= K_MAX else gr.skip())
+
+        history.input(reopen, [history], [*chat_outs, *source_outs, mode, k])
 
         # ---------------------------------------------------------------- documents
         def refresh_docs(coll):
@@ -324,17 +392,18 @@ def build_app(services: Services) -> gr.Blocks:
         # ---------------------------------------------------------------- sources
         def show_source(view: SourceView):
             at = (view.key, view.prev_page, view.next_page)  # what the page buttons open (not the image)
-            return (view.head, view.body, gr.update(interactive=view.prev_page is not None),
-                    gr.update(interactive=view.next_page is not None), at, gr.Tabs(selected="source"))
+            paged = view.page is not None
+            return (view.head, view.body, gr.update(visible=paged, interactive=view.prev_page is not None),
+                    gr.update(visible=paged, interactive=view.next_page is not None), at, gr.Tabs(selected="source"))
 
         def turn_page(at, step: int):
             key, prev_page, next_page = at or (None, None, None)
             return show_source(sources.page(key, prev_page if step < 0 else next_page))
 
-        source_outs = [source_head, source_body, source_prev, source_next, source_at, side_tabs]
-        source_open.click(lambda cid, ref: show_source(sources.open(cid, ref)), [chat_id, source_ref], source_outs)
-        source_prev.click(lambda at: turn_page(at, -1), [source_at], source_outs)
-        source_next.click(lambda at: turn_page(at, 1), [source_at], source_outs)
+        shown_outs = [*source_outs, side_tabs]
+        source_open.click(lambda cid, ref: show_source(sources.open(cid, ref)), [chat_id, source_ref], shown_outs)
+        source_prev.click(lambda at: turn_page(at, -1), [source_at], shown_outs)
+        source_next.click(lambda at: turn_page(at, 1), [source_at], shown_outs)
 
         # ---------------------------------------------------------------- watched folders
         def watch_lists(coll):
@@ -376,9 +445,10 @@ def build_app(services: Services) -> gr.Blocks:
             gr.Info(f"Loading {name}…")
             msg = conf.load_model(name, int(layers or 0))
             picker = gr.update(choices=conf.model_choices(usable), value=services.model_config.model)
-            return f"{msg}  \n{conf.model_status()}", conf.mode_note(m, d), picker
+            return f"{msg}  \n{conf.model_status()}", conf.mode_note(m, d), picker, conf.model_details()
 
-        load_btn.click(load_model, [model, gpu_layers, mode, draft], [model_status, mode_note, model])
+        load_btn.click(load_model, [model, gpu_layers, mode, draft], [model_status, mode_note, model, model_details])
+        model.input(conf.model_details, [model], [model_details])
 
         def on_load(coll):
             coll = coll or DEFAULT_COLLECTION

@@ -34,6 +34,7 @@ from localrag.app.history import Turn
 from localrag.app.uploads import document_name
 from localrag.evidence import unsupported_reason
 from localrag.modes import get_mode
+from localrag.rag.records import clean_heading
 from localrag.results import AnswerEvidence, AnswerStats, Citation, ModeExtras
 
 PENDING = "…"
@@ -50,6 +51,7 @@ _ITEM_START = re.compile(r"^\s*(?:[•▪◦●■\-–—*]|\d+[.)]|\(?[a-zA-Z0
 SEARCHED_CHARS = 200  # the "What was searched" line shows at most this much of a long query
 HISTORY_ANSWER_CHARS = 200  # an earlier answer, as the model sees it again (see llm_history)
 _SENTENCE_END = re.compile(r"[.!?](?=\s|$)")
+SHOWN_SETUP_S = 1.0  # a mode's set-up this long is named in the stats line (Speedup timing its models once)
 PLOT_MIN_STEPS = 2  # fewer steps make no chart (one bar, its axis labelled "1.000000")
 # A citation that opens in the source viewer: an element of class "lr-open" with a class
 # "lr-ref-<list>-<turn>-<number>" ("s": the answer's sources, "a": also searched). The browser
@@ -78,27 +80,32 @@ def plotted_steps(steps: Sequence[int]) -> list[int]:
 
 
 def stats_line(mode: str, stats: AnswerStats, extras: ModeExtras | None = None) -> str:
-    """One line: mode, tokens/s, mean accepted tokens per step, speedup vs the plain estimate, and
-    what the mode's extras add."""
+    """One line: mode, the prompt's reading (tokens, seconds) and the writing (tokens, tok/s over the
+    writing alone) apart, mean accepted tokens per step, speedup vs the plain estimate, what the
+    mode's extras add, a long set-up, and the whole time ("2.7 tok/s · 34.9 s" hid 30 s of reading)."""
     parts = [mode_label(mode)]
     gen = stats.generation
     decoder = gen.decoder if gen is not None else None
     if gen is not None:
-        parts.append(f"{gen.decode_tps:.1f} tok/s")
+        if gen.prompt_tokens:
+            read = gen.prompt_tokens - gen.reused_prompt_tokens
+            reused = f" ({gen.reused_prompt_tokens:,} more kept from before)" if gen.reused_prompt_tokens else ""
+            parts.append(f"prompt read: {read:,} tokens in {gen.prefill_seconds:.1f} s{reused}")
+        parts.append(f"writing: {gen.generated_tokens} tokens in {gen.decode_seconds:.1f} s, {gen.decode_tps:.1f} tok/s")
         if decoder is not None:
             parts.append(f"{decoder.mean_accepted:.2f} accepted tokens/step")
-            parts.append(f"{decoder.speedup_vs_plain:.2f}× vs plain (est. from measured step times)")
+            parts.append(f"{decoder.speedup_vs_plain:.2f}× vs plain writing (est. from measured step times)")
             parts += decoder.stats_parts()
         else:  # by definition (the ratio dips below 1 only by the final EOG step)
             parts += ["1 token/step", "1.00× (plain baseline)"]
     if extras is not None:
         parts += extras.stats_parts(stats)
-    if gen is not None:
-        parts.append(f"{gen.generated_tokens} tokens")
+    if stats.setup_s >= SHOWN_SETUP_S:
+        parts.append(f"set-up: {stats.setup_s:.1f} s")
     if stats.waited_s >= 0.05:  # the time the asker really waited, queue included
-        parts.append(f"{stats.total_s + stats.waited_s:.1f} s ({stats.waited_s:.1f} s waiting for the model)")
+        parts.append(f"{stats.total_s + stats.waited_s:.1f} s in all ({stats.waited_s:.1f} s waiting for the model)")
     else:
-        parts.append(f"{stats.total_s:.1f} s")
+        parts.append(f"{stats.total_s:.1f} s in all")
     return "⚡ " + " · ".join(parts)
 
 
@@ -253,10 +260,24 @@ def code_html(rows: Sequence[tuple[int | None, list[tuple[str, bool]]]]) -> str:
     return '<pre class="lr-code">' + "\n".join(lines) + "</pre>"
 
 
-def page_html(png: bytes, alt: str) -> str:
-    """A rendered PDF page inline, as a data: URI: no route serves the file or the image."""
+def page_html(png: bytes, alt: str, width_pt: float, height_pt: float,
+              focus: tuple[float, float] | None = None) -> str:
+    """A rendered PDF page inline, as a data: URI (no route serves the file or the image), in a
+    scrolling view with zoom buttons (the page's script, ``layout.HEAD``, sizes it: at first to
+    its actual size, where body text reads as in a PDF viewer at 100 %, and scrolls it to
+    ``focus``, the highlighted passage's top-left corner as fractions of the page's width and height)."""
     data = base64.b64encode(png).decode("ascii")
-    return f'<img class="lr-page" id="lr-page-image" alt="{html.escape(alt, quote=True)}" src="data:image/png;base64,{data}">'
+    at = f' data-focus-x="{focus[0]:.4f}" data-focus-y="{focus[1]:.4f}"' if focus is not None else ""
+    buttons = "".join(f'<button type="button" class="lr-zoom-btn" data-zoom="{z}" title="{t}">{label}</button>'
+                      for z, label, t in (("out", "−", "Zoom out"), ("in", "+", "Zoom in"),
+                                          ("fit", "Fit width", "The whole width of the page in the panel"),
+                                          ("actual", "100 %", "Actual size")))
+    return (f'<div class="lr-pdf"><div class="lr-zoom" role="toolbar" aria-label="Zoom">{buttons}'
+            '<span class="lr-zoom-level" id="lr-zoom-level"></span></div>'
+            f'<div class="lr-page-view" id="lr-page-view" data-width-pt="{width_pt:.1f}" '
+            f'data-height-pt="{height_pt:.1f}"{at}>'
+            f'<img class="lr-page" id="lr-page-image" alt="{html.escape(alt, quote=True)}" '
+            f'src="data:image/png;base64,{data}"></div></div>')
 
 
 def open_ref(kind: str, turn: int, number: int) -> str:
@@ -267,6 +288,13 @@ def open_ref(kind: str, turn: int, number: int) -> str:
 def _open_link(kind: str, turn: int, number: int, text: str, title: str = "open the source") -> str:
     return (f'<a href="#" class="{OPEN_CLASS} {open_ref(kind, turn, number)}" '
             f'title="{html.escape(title, quote=True)}">{html.escape(text, quote=False)}</a>')
+
+
+def shown_label(label: str) -> str:
+    """A citation's label as shown: a heading's permalink mark dropped (chunks indexed before the
+    parser dropped it kept "§ 3.6. Module Path¶")."""
+    name, sep, heading = label.partition(" § ")
+    return f"{name}{sep}{clean_heading(heading)}" if sep else label
 
 
 def open_text(c: Citation) -> str:
@@ -345,8 +373,9 @@ def _chunk_panels(pid: str, citations: Sequence[Citation], evidence: AnswerEvide
         spans = spans_in(evidence, c.chunk_id)
         pdf = c.page is not None
         body = highlighted_markdown(c.text, spans, pdf) if spans else literal_markdown(c.text or snippet, pdf)
-        link = _open_link("s" if numbered else "a", turn, i, open_text(c), f"open {c.label}")
-        label = f"[{i}] {c.label}" if numbered else c.label
+        shown = shown_label(c.label)
+        link = _open_link("s" if numbered else "a", turn, i, open_text(c), f"open {shown}")
+        label = f"[{i}] {shown}" if numbered else shown
         msgs.append({"role": "assistant", "content": f"{link}\n\n{body}", "metadata": {
             "title": f"{label} · “{snippet[:90]}”", "parent_id": pid, "id": f"{pid}-{i}", "status": "done"}})
     return msgs

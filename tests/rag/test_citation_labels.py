@@ -25,3 +25,12 @@ def test_html_citations_give_the_heading(make_index, tmp_path: Path):
     assert html_hit.citation() == "manual.html § Pitching the tent"
     md_hit = next(h for h in hits if h.file.endswith("notes.md"))
     assert md_hit.citation().startswith("notes.md line")  # a Markdown source is what its reader reads
+
+
+def test_a_heading_indexed_with_its_permalink_mark_is_cited_without_it():
+    """Chunks indexed before the parser dropped the "¶" keep it in their heading path: the label drops it."""
+    from localrag.rag.records import Hit
+
+    hit = Hit("v1:0", "The module path is declared in go.mod.", "/d/spec.html", None, 4, 4,
+              ("Modules", "3.6. Module Path¶"), 0.5, 1.0, 0.1)
+    assert hit.citation() == "spec.html § 3.6. Module Path"

@@ -144,3 +144,22 @@ def test_unknown_extension_is_refused(tmp_path: Path):
     p.write_text("hello")
     with pytest.raises(ParseError, match="unsupported file type"):
         list(parse_file(p))
+
+
+def test_html_headings_drop_their_permalink_marks(tmp_path: Path):
+    """Sphinx and the Go spec end each heading with a permalink anchor "¶": the stored heading (and so
+    the citation "§ 3.6. Module Path") does not keep it."""
+    html = """<html><body>
+<h2 id="mod">3.6. Module Path<a class="headerlink" href="#mod" title="Link to this heading">¶</a></h2>
+<p>The module path is declared in the go.mod file.</p>
+<h3>C# interop <a href="#x">🔗</a></h3>
+<p>Calls go through a bridge.</p>
+</body></html>"""
+    p = tmp_path / "spec.html"
+    p.write_text(html)
+    units = list(parse_file(p))
+    heads = [u.text for u in units if u.kind == "heading"]
+    assert heads == ["3.6. Module Path", "C# interop"]
+    para = next(u for u in units if u.text.startswith("The module path"))
+    assert para.heading_path == ("3.6. Module Path",)
+    assert next(u for u in units if u.text.startswith("Calls")).heading_path == ("3.6. Module Path", "C# interop")

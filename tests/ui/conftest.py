@@ -273,7 +273,8 @@ def make_services(tmp_path, fake_answering):
     def make(**kw) -> Services:
         cfg = AppConfig(data_dir=tmp_path / "data", index=IndexConfig(index_dir=tmp_path / "index"))
         kw.setdefault("engine", FakeEngine())
-        s = Services(cfg, index_factory=index_factory, modes=FAKE_MODES, **kw)
+        kw.setdefault("modes", FAKE_MODES)
+        s = Services(cfg, index_factory=index_factory, **kw)
         made.append(s)
         return s
 

@@ -530,6 +530,6 @@ def test_two_tabs_stop_is_per_tab_and_uploads_leave_no_copy_behind(small_app, tm
         b_text = wait_text(b, "#chatbot", re.escape(COUNT) + r"[\s\S]*Stopped\.[\s\S]*⚡ Plain", 60)
         tail = b_text.split(COUNT)[-1]
         assert SOURCES.search(tail) and "tok/s" in tail, tail
-        tokens = int(re.search(r"(\d+) tokens", tail).group(1))
+        tokens = int(re.search(r"writing: (\d+) tokens", tail).group(1))
         assert 0 < tokens < 512, tail
         browser.close()

@@ -9,9 +9,11 @@ from pathlib import Path
 
 from localrag.app.history import Turn
 from localrag.grounded.extras import GroundedDraft, GroundedExtras
+from localrag.modes.base import WarmUpStopped
 from localrag.results import AnswerStats, GenerationStats, RasdStats
 from localrag.ui.documents import DocsController
 from localrag.ui.handlers import (
+    WARMING_UP,
     ChatController,
     SettingsController,
     chat_label,
@@ -19,7 +21,7 @@ from localrag.ui.handlers import (
 )
 from localrag.ui.render import accepted_per_step, chat_messages, stats_line
 from localrag.ui.settings import Settings
-from tests.ui.conftest import ZEPHYR_HIT, FakeBackend, FakeEngine
+from tests.ui.conftest import FAKE_MODES, ZEPHYR_HIT, FakeBackend, FakeEngine
 
 
 def run(gen):
@@ -61,7 +63,7 @@ def test_respond_streams_then_saves_with_citation_and_stats(make_services):
     child = next(m for m in final.messages if m.get("metadata", {}).get("parent_id"))
     assert "zephyr.md lines 3-4" in child["metadata"]["title"] and "Marta Ilves" in child["content"]
     assert "🔎 Also searched (1) · not cited" in titles(final.messages)  # garden.txt supports nothing
-    assert "Plain · 42.0 tok/s · 1 token/step · 1.00× (plain baseline)" in final.messages[-1]["content"]
+    assert "Plain · writing: 4 tokens in 0.1 s, 42.0 tok/s · 1 token/step · 1.00× (plain baseline)" in final.messages[-1]["content"]
     assert [t.answer for t in s.history.turns(final.chat_id)] == ["Marta Ilves polished it."]
 
 
@@ -451,17 +453,33 @@ def test_remove_document_deletes_staged_copy(make_services, tmp_path):
 
 
 def test_stats_line_variants():
-    assert stats_line("plain", AnswerStats(total_s=1.25)) == "⚡ Plain · 1.2 s"
+    assert stats_line("plain", AnswerStats(total_s=1.25)) == "⚡ Plain · 1.2 s in all"
     decoder = RasdStats(mean_accepted=3.0, speedup_vs_plain=2.0, accepted_per_step=[1, 2])
     stats = AnswerStats(total_s=2.0, generation=GenerationStats(generated_tokens=20, decode_seconds=2.0,
                                                                 decoder=decoder))
     line = stats_line("rasd", stats)
-    assert line == "⚡ Speedup (RASD) · 10.0 tok/s · 3.00 accepted tokens/step · 2.00× vs plain (est. from measured step times) · 20 tokens · 2.0 s"
+    assert line == ("⚡ Speedup (RASD) · writing: 20 tokens in 2.0 s, 10.0 tok/s · 3.00 accepted tokens/step · "
+                    "2.00× vs plain writing (est. from measured step times) · 2.0 s in all")
     assert stats_line("specrag", stats).startswith("⚡ Grounded (Speculative RAG) · ")  # an older chat's mode name
-    decoder.draft_idle = True  # a draft model that sat the answer out says so
-    assert " · 2.00× vs plain (est. from measured step times) · draft model idle (it would not repay its time here) · " \
-        in stats_line("rasd", stats)
+    decoder.draft_idle = True  # a draft model that sat the answer out says so, and what the speedup is then
+    assert (" · 2.00× vs plain writing (est. from measured step times) · draft model idle (it would not repay its "
+            "time here): retrieval alone speculated · ") in stats_line("rasd", stats)
     assert accepted_per_step(stats) == [1, 2] and accepted_per_step(None) == []
+
+
+def test_stats_line_gives_the_reading_and_the_writing_apart():
+    """ "2.7 tok/s · 34.9 s" hid that 30 s went to reading the documents: the prompt's reading and the
+    writing rate (over the writing alone) are apart, a long set-up is named, and the whole time last."""
+    gen = GenerationStats(prompt_tokens=2400, reused_prompt_tokens=100, generated_tokens=12,
+                          prefill_seconds=30.2, decode_seconds=4.4)
+    line = stats_line("plain", AnswerStats(total_s=34.9, generation=gen))
+    assert line == ("⚡ Plain · prompt read: 2,300 tokens in 30.2 s (100 more kept from before) · writing: 12 tokens "
+                    "in 4.4 s, 2.7 tok/s · 1 token/step · 1.00× (plain baseline) · 34.9 s in all")
+    timed = AnswerStats(total_s=61.0, setup_s=56.5, generation=GenerationStats(
+        prompt_tokens=50, generated_tokens=10, prefill_seconds=0.5, decode_seconds=4.0,
+        decoder=RasdStats(mean_accepted=1.5, speedup_vs_plain=1.36)))
+    line = stats_line("speedup", timed)
+    assert "· set-up: 56.5 s ·" in line and line.endswith("· 61.0 s in all") and "1.36× vs plain writing" in line
 
 
 def test_chunk_text_is_shown_literally():
@@ -554,14 +572,37 @@ def test_a_model_given_by_path_is_shown_with_its_file_size_and_architecture(make
     s = Services(AppConfig(data_dir=s.config.data_dir, model=ModelConfig(model=str(gguf))), engine=FakeEngine())
     conf = SettingsController(s)
     status = conf.model_status()
-    line, about = status.split("  \n")
-    assert line == "Model: **fake-model**"
+    line, plain = status.split("  \n")
+    assert line == "Model: **fake-model**" and plain == "_A model of your own: its file and size are under ⚙️ Mode & model._"
+    assert str(tmp_path) not in status  # never this machine's path in the header
+    about = conf.model_details()  # the picker's details
     assert about.startswith("📦 `big.gguf` · ") and " · llama · " in about and f"`{gguf}`" in about
     size = re.search(r"· ([\d.]+) MB ·", about)
     assert size and abs(float(size.group(1)) - gguf.stat().st_size / 1e6) < 1, about
     usable, _ = conf.models()
     assert conf.model_choices(usable)[-1] == str(gguf) and str(gguf) not in usable  # the picker shows it
     assert SMOLLM2_FILE not in status
+    s.history.close()
+
+
+def test_the_header_names_the_model_and_one_plain_line_the_figures_are_in_the_picker(make_services):
+    """The header was benchmark jargon ("SQuAD, 200 questions ... llama-bench ... bench ttft") and the
+    model file's path: now the name and one plain line; the figures are the picker's details."""
+    from localrag.app.config import AppConfig
+    from localrag.app.services import Services
+    from localrag.config import ModelConfig
+    from localrag.models import GOOD_FOR, IN_A_LINE
+
+    s = make_services()
+    s = Services(AppConfig(data_dir=s.config.data_dir, model=ModelConfig(model="smollm2-135m-instruct")),
+                 engine=FakeEngine())
+    conf = SettingsController(s)
+    status = conf.model_status()
+    assert status == f"Model: **fake-model**  \n_{IN_A_LINE['smollm2-135m-instruct']}_"
+    for jargon in ("SQuAD", "llama-bench", "ttft", "tokens/s", ".gguf", "/"):
+        assert jargon not in status, jargon
+    details = conf.model_details()
+    assert GOOD_FOR["smollm2-135m-instruct"] in details and "SQuAD" in details and ".gguf" in details
     s.history.close()
 
 
@@ -660,3 +701,119 @@ def test_the_model_sees_an_earlier_answer_as_its_first_sentence(make_services, f
         {"role": "user", "content": "Who polished the mirror?"}, {"role": "assistant", "content": "Marta Ilves polished it."},
         {"role": "user", "content": "And how wide is it?"}, {"role": "assistant", "content": "x" * 200 + " …"})
     assert s.history.turns(cid)[0].answer.endswith("The mirror is 4.2 metres.")  # the chat keeps it whole
+
+
+def test_a_reopened_chat_restores_its_mode_and_k(make_services):
+    """The mode reset to Plain after a restart, even when reopening a Grounded chat: reopening gives
+    the mode of its last answer (by id, an older chat's alias too) and the k it searched with."""
+    first = make_services()
+    first.index("default").docs["/x/zephyr.md"] = 3
+    grounded = run(ChatController(first).respond(None, "Who polished the mirror?", Settings(mode="grounded")))[-1]
+    plain = run(ChatController(first).respond(None, "Who?", Settings(mode="plain")))[-1]
+    first.history.close()
+    second = make_services()  # a restarted app
+    chat = ChatController(second)
+    assert (chat.load(grounded.chat_id).mode, chat.load(grounded.chat_id).k) == ("grounded", 5)
+    assert chat.load(plain.chat_id).mode == "plain"
+    older = second.history.new_chat("old")
+    second.history.add_turn(older, Turn(question="q", answer="a", mode="rasd"))  # as older chats stored it
+    assert (chat.load(older).mode, chat.load(older).k) == ("speedup", 0)
+    gone = second.history.new_chat("gone")
+    second.history.add_turn(gone, Turn(question="q", answer="a", mode="no-such-mode"))
+    assert chat.load(gone).mode == "" and chat.load(None).mode == ""  # nothing to restore: left as it is
+
+
+class TimingSpeedup(type(FAKE_MODES["speedup"])):
+    """The fake Speedup, with a one-time warm-up that lasts until the test lets it end, and gives
+    way (WarmUpStopped) when ``stop`` says an answer waits."""
+
+    release = threading.Event()
+    started = threading.Event()
+    threads: list[str] = []
+    calls = 0
+
+    def warm_up(self, answerer, stop=lambda: False) -> str:
+        TimingSpeedup.calls += 1
+        TimingSpeedup.threads.append(threading.current_thread().name)
+        TimingSpeedup.started.set()
+        while not TimingSpeedup.release.wait(0.01):
+            if stop():
+                raise WarmUpStopped("an answer waits")
+        return "Speedup (RASD): timed the forward passes of fake-model once in 0.1 s"
+
+    @classmethod
+    def reset(cls) -> None:
+        cls.release.clear()
+        cls.started.clear()
+        cls.threads, cls.calls = [], 0
+
+
+def test_the_one_time_timing_runs_ahead_gives_way_to_an_answer_then_ends(make_services, monkeypatch):
+    """Speedup's first answer took 56.5 s longer (timing the models): the timing now runs when the
+    app starts, on the generation thread, in line like an answer; an answer that comes meanwhile
+    stops it and goes first, and the timing starts again once the model is idle."""
+    import localrag.app.services as services_module
+
+    monkeypatch.setattr(services_module, "WARM_UP_IDLE_S", 0.3)
+    TimingSpeedup.reset()
+    s = make_services(modes={**FAKE_MODES, "speedup": TimingSpeedup()})
+    done: list[str] = []
+    warm = threading.Thread(target=lambda: done.extend(s.warm_up()))
+    warm.start()
+    assert TimingSpeedup.started.wait(10) and s.warming_up
+    final = run(ChatController(s).respond(None, "Who polished the mirror?", Settings(mode="speedup")))[-1]
+    assert "Marta Ilves" in final.messages[1]["content"] and done == []  # answered while the timing waits
+    TimingSpeedup.release.set()
+    warm.join(10)
+    assert done == ["Speedup (RASD): timed the forward passes of fake-model once in 0.1 s"]
+    assert TimingSpeedup.calls == 2 and set(TimingSpeedup.threads) == {"localrag-generation"}  # never beside an answer
+
+
+def test_an_answer_asked_during_the_timing_waits_with_a_message_until_it_makes_way(make_services):
+    TimingSpeedup.reset()
+    s = make_services(modes={**FAKE_MODES, "speedup": TimingSpeedup()})
+    s._someone_waits = lambda: False  # a warm-up that cannot stop midway (a model being loaded)
+    warm = threading.Thread(target=s.warm_up)
+    warm.start()
+    assert TimingSpeedup.started.wait(10)
+    views = []
+    for view in ChatController(s).respond(None, "Who polished the mirror?", Settings(mode="speedup")):
+        views.append(view)
+        if len(views) == 2:
+            assert view.busy and WARMING_UP in view.messages[1]["content"], view.messages[1]
+            TimingSpeedup.release.set()
+    warm.join(10)
+    assert not views[-1].busy and "Marta Ilves" in views[-1].messages[1]["content"] and not s.warming_up
+
+
+def test_an_answer_that_came_first_goes_before_the_timing(make_services):
+    TimingSpeedup.reset()
+    TimingSpeedup.release.set()
+    s = make_services(modes={**FAKE_MODES, "speedup": TimingSpeedup()})
+    ticket = s.queue.submit("tab-1")  # an answer asked before the warm-up
+    assert s.queue.wait_turn(ticket, timeout=0)
+    done: list[str] = []
+    warm = threading.Thread(target=lambda: done.extend(s.warm_up()))
+    warm.start()
+    time.sleep(0.3)
+    assert done == [] and not s.warming_up and s.queue.position(ticket) == 1  # the warm-up waits its turn
+    s.queue.release(ticket)
+    warm.join(10)
+    assert len(done) == 1
+
+
+def test_closing_stops_the_answer_under_way_then_closes(make_services, fake_answering):
+    """At SIGTERM the app closes its services: the answer being written stops at its next piece
+    (instead of the process living on until it ends), then the models and the history close."""
+    s = make_services()
+    started = threading.Event()
+    fake_answering.pieces = ["piece "] * 200
+    fake_answering.on_piece = lambda i: (started.set(), time.sleep(0.02))
+    views: list = []
+    answering = threading.Thread(target=lambda: views.extend(ChatController(s).respond(None, "q", Settings())))
+    answering.start()
+    assert started.wait(10)
+    s.close()
+    answering.join(10)
+    assert not answering.is_alive()
+    assert "Stopped." in views[-1].messages[1]["content"] and views[-1].messages[1]["content"].count("piece") < 200

@@ -41,7 +41,7 @@ The setup script writes its configuration to the home folder.
 
 On macOS, use Homebrew.
 """
-PAGE_HTML = """<html><body><h1>Falcon guide</h1><p>Falcons nest on cliffs.</p>
+PAGE_HTML = """<html><body><h1>Falcon guide<a class="headerlink" href="#g">¶</a></h1><p>Falcons nest on cliffs.</p>
 <h2>Feeding</h2><p>The peregrine falcon feeds mostly on pigeons caught in flight.</p></body></html>
 """
 TOOL = '''import sys
@@ -101,13 +101,23 @@ def test_a_pdf_citation_opens_its_page_with_the_supporting_span_highlighted(app)
     assert view.page == 2 and (view.prev_page, view.next_page) == (1, 3)
     assert "[1] report.pdf p.2" in view.head and "page 2 of 3" in view.head and "highlighted" in view.head
     png = base64.b64decode(re.search(r'src="data:image/png;base64,([^"]+)"', view.body).group(1))
-    assert Image.open(io.BytesIO(png)).size[0] > 800  # the page itself, at 1.5 pixels per point
+    assert Image.open(io.BytesIO(png)).size[0] > 1100  # the page itself, at 2 pixels per point (sharp when zoomed)
+    # the view scrolls to the passage: its first line's top-left corner as fractions of the page
+    view_at = re.search(r'data-width-pt="([\d.]+)" data-height-pt="([\d.]+)" data-focus-x="([\d.]+)" '
+                        r'data-focus-y="([\d.]+)"', view.body)
+    assert view_at, view.body[:500]
+    width_pt, height_pt, fx, fy = map(float, view_at.groups())
+    top = max(b.top for b in view.boxes)
+    assert abs(width_pt - 595.3) < 1 and abs(height_pt - 841.9) < 1  # A4, in points (whole pixels)
+    assert abs(fy - (1 - top / height_pt)) < 1e-3 and 0.05 < fy < 0.5 and 0 < fx < 0.2
+    assert 'data-zoom="in"' in view.body and 'data-zoom="out"' in view.body and 'data-zoom="fit"' in view.body
     # the highlight is the supporting span, not the whole chunk: the span's own boxes on page 2
     span = find_passage(Path(hit.file), 2, "The ice retreated by forty-one metres over the season")
     assert view.boxes and span.found and set(view.boxes) == set(span.boxes)
     assert set(view.boxes) != set(find_passage(Path(hit.file), 2, hit.text).boxes)
     nxt = SourceController(app).page(view.key, view.next_page)
     assert nxt.page == 3 and nxt.boxes == () and "the cited passage is on page 2" in nxt.head
+    assert "data-focus-y" not in nxt.body  # no passage on it: the page from its top
     assert nxt.next_page is None and SourceController(app).page(nxt.key, nxt.prev_page).boxes == view.boxes
 
 
@@ -122,7 +132,8 @@ def test_markdown_and_html_open_at_their_heading_code_at_its_numbered_lines(app)
     assert "📑 **guide.md** § Setup › Linux" in view.head and view.page is None
     assert "<mark>On Linux, install the package with the system&#x27;s package manager" in view.body
     view = sources.open(chat, "lr-ref-s-0-2")
-    assert "📑 **falcons.html** § Falcon guide › Feeding" in view.head
+    assert "📑 **falcons.html** § Falcon guide › Feeding" in view.head and "¶" not in view.head  # its permalink dropped
+    assert view.page is None and "lr-page-view" not in view.body  # not paged: no page buttons (layout), no zoom
     assert "<mark>The peregrine falcon feeds mostly on pigeons caught in flight" in view.body
     view = sources.open(chat, "lr-ref-s-0-3")
     assert "status.py" in view.head and f"lines {code.line_start}-{code.line_end}" in view.head
@@ -131,6 +142,21 @@ def test_markdown_and_html_open_at_their_heading_code_at_its_numbered_lines(app)
     assert numbered and [int(n) for n, _ in numbered] == list(range(code.line_start, code.line_start + len(numbered)))
     for n, body in numbered:  # each number on its own line of the file, blank lines included
         assert re.sub(r"<[^>]+>", "", body).replace("&quot;", '"') == file_lines[int(n) - 1]
+
+
+def test_a_heading_indexed_with_its_permalink_mark_is_shown_without_it(app):
+    """A chat stored before the parser dropped the "¶" (its label "§ 3.6. Module Path¶") shows the
+    heading without it, in the answer's sources and in the viewer."""
+    html_hit = hit_in(app, "What do peregrine falcons eat?", "falcons.html")
+    old = Citation.from_hit(html_hit)
+    old = Citation(**{**old.to_dict(), "label": "falcons.html § 3.6. Module Path¶"})
+    chat = app.history.new_chat("q")
+    app.history.add_turn(chat, Turn(question="q", answer="Pigeons.", citations=[old], collection="default"))
+    shown = chat_messages(app.history.turns(chat))
+    assert any(m.get("metadata", {}).get("title", "").startswith("[1] falcons.html § 3.6. Module Path · ")
+               for m in shown)
+    assert "¶" not in "".join(m["content"] + m.get("metadata", {}).get("title", "") for m in shown)
+    assert SourceController(app).open(chat, "lr-ref-s-0-1").head.startswith("**[1] falcons.html § 3.6. Module Path**")
 
 
 def test_nothing_is_opened_that_the_collection_does_not_index(app, tmp_path):
