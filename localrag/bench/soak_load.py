@@ -130,13 +130,18 @@ class McpClient:
 
     async def call(self, probe: Probe, client: int) -> Outcome:
         # imported here, as serve does: not on the start of every other ``python -m localrag`` command
+        import httpx2
         from mcp.client.session import ClientSession
-        from mcp.client.streamable_http import streamable_http_client
+        from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
 
         if self.session is None or self.calls >= MCP_SESSION_CALLS:
             await self.close()
             self.stack = AsyncExitStack()
-            read, write, *_ = await self.stack.enter_async_context(streamable_http_client(self.url))
+            # the client's default read timeout (300 s between bytes) is shorter than a turn in a
+            # line of 8 clients on 2 cores: an ask_documents call waiting its turn timed out there
+            http = await self.stack.enter_async_context(
+                create_mcp_http_client(timeout=httpx2.Timeout(30.0, read=REQUEST_TIMEOUT_S)))
+            read, write, *_ = await self.stack.enter_async_context(streamable_http_client(self.url, http_client=http))
             self.session = await self.stack.enter_async_context(ClientSession(read, write))
             await self.session.initialize()
             self.calls = 0
