@@ -62,10 +62,16 @@ def _run_recorded(engine, ids, cfg, dec, rec):
     return got, noise
 
 
-@pytest.mark.parametrize("use_budget", [False, True])
-def test_greedy_rasd_equals_plain(smollm2_engine, use_budget):
+@pytest.mark.parametrize("config", [RasdConfig(use_budget=False, calibrate=False),
+                                    RasdConfig(use_budget=True, calibrate=False),
+                                    RasdConfig(calibrate=False, copy_runs=True)],
+                         ids=["no-budget", "budget", "copy-runs"])
+def test_greedy_rasd_equals_plain(smollm2_engine, config):
+    """Greedy Speedup emits plain's tokens, picked from plain's logits bit for bit, with or without the
+    budget; copy_runs (phases.estimate) changes which nodes are verified, never what is emitted. On
+    the copy prompt, trees were verified and accepted past the bonus token (a silent fall-back to
+    plain decoding fails here)."""
     engine = smollm2_engine
-    config = RasdConfig(use_budget=use_budget, calibrate=False)
     dec = RasdDecoder(engine.backend, config, cost=CHEAP)
     cfg = GenerationConfig(max_tokens=48, stop=engine.prompt.stop)
     for text, docs in PROMPTS:
@@ -78,24 +84,9 @@ def test_greedy_rasd_equals_plain(smollm2_engine, use_budget):
         st = dec.stats
         if text.startswith("Repeat"):  # a copy: trees were verified, and accepted past the bonus token
             assert st.spec_steps > 0 and st.mean_accepted > 1.5, (st.spec_steps, st.mean_accepted)
-
-
-def test_greedy_rasd_with_copy_runs_equals_plain(smollm2_engine):
-    """copy_runs (phases.estimate) changes which nodes are verified, never what is emitted: greedy
-    output and the logits it was picked from are plain's, and the repeated passage is verified in
-    trees of several nodes from a fresh calibrator."""
-    engine = smollm2_engine
-    dec = RasdDecoder(engine.backend, RasdConfig(calibrate=False, copy_runs=True), cost=CHEAP)
-    cfg = GenerationConfig(max_tokens=48, stop=engine.prompt.stop)
-    for text, docs in PROMPTS:
-        ids = _chat_ids(engine, text)
-        rec = _plain(engine, ids, cfg)
-        dec.set_documents(docs)
-        got, noise = _run_recorded(engine, ids, cfg, dec, rec)
-        assert got == rec["tokens"] and noise == 0.0, text
-        if text.startswith("Repeat"):
-            assert dec.stats.spec_steps > 0 and dec.stats.tree_size_max > 1
-            assert dec.stats.tokens > dec.stats.steps  # drafted tokens were accepted
+            assert st.tokens > st.steps  # drafted tokens were accepted
+            if config.copy_runs:  # a fresh calibrator still verifies the passage in trees of several nodes
+                assert st.tree_size_max > 1
 
 
 def test_probe_schedule_outlives_an_answer(smollm2_engine, smollm2_draft):
@@ -105,7 +96,12 @@ def test_probe_schedule_outlives_an_answer(smollm2_engine, smollm2_draft):
     the next test.)"""
     engine = smollm2_engine
     config = RasdConfig(calibrate=False, probe_every=2, use_retrieval=False, draft_chain=True)
-    dec = RasdDecoder(engine.backend, config, draft=smollm2_draft, cost=CostModel.linear(0.01, 0.01))
+    # the curve stays linear: the budget's online correction would learn this machine's real verify
+    # costs from the probes, and where a tree of 2 costs less than 2 plain steps (an AVX2 build pads
+    # a forward's rows to 4 anyway), speculation then pays on its own and the premise is gone
+    cost = CostModel.linear(0.01, 0.01)
+    cost.observe = lambda k, seconds, rate=0.1: None
+    dec = RasdDecoder(engine.backend, config, draft=smollm2_draft, cost=cost)
     cfg = GenerationConfig(max_tokens=32, stop=engine.prompt.stop)
     ids = _chat_ids(engine, "Write a short poem about the sea and the sea wind.")
     run_generation(engine, ids, cfg, dec)
