@@ -72,14 +72,22 @@ def test_grounded_sends_its_drafts_together_and_says_how_it_scored_them(engine, 
     items = list(get_mode("grounded").stream(answerer, _ask("grounded", n=2, clusters=1, drafts=2)))
     result = items[-1]
     progress = [p.stage for p in items[:-1] if not isinstance(p, str)]
-    assert progress[0] == "searching" and "drafting" in progress and progress[-1] == "verifying"
+    assert progress[0] == "searching" and "drafting" in progress
+    assert progress.index("drafting") < progress.index("verifying")
     extras = result.extras
-    # one draft per subset: one chunk of each (one) cluster from the relevant ones of the top 2
-    assert isinstance(extras, GroundedExtras) and 1 <= len(extras.drafts) <= 2
+    # the server's own answer over the chunks, then one draft per subset: one chunk of each (one)
+    # cluster from the relevant ones of the top 2
+    own, drafts = extras.drafts[0], extras.drafts[1:]
+    assert isinstance(extras, GroundedExtras) and own.origin == "answer model" and 1 <= len(drafts) <= 2
     assert extras.scoring == "drafter + reflection"
-    kept = [d for d in extras.drafts if not d.dropped]
+    kept = [d for d in drafts if not d.dropped]
     assert kept and all(d.draft_logprob < 0 and d.n_draft_tokens > 0 and d.reflection < 0 for d in kept)
     assert result.on_unsupported == "refuse" and (result.refused or result.evidence is not None)
+
+
+WORKED = ("\n\nFor example:\nDocuments:\n[1] The lighthouse on Kell Point was painted by Ilse Marrow in 1932.\n\n"
+          "Question: Who painted the lighthouse on Kell Point?\nRationale: The lighthouse on Kell Point was painted "
+          "by Ilse Marrow in 1932.\nAnswer: Ilse Marrow")
 
 
 def test_grounded_through_the_server_writes_its_drafts_as_in_process(engine, docs, smollm2_engine):
@@ -87,7 +95,9 @@ def test_grounded_through_the_server_writes_its_drafts_as_in_process(engine, doc
     the same subsets, the same rationale (continued from "Rationale:", ended at its sentence), and an
     answer of one sentence that ends within its limit. (A free reply ran on into answers of several
     sentences, dropped at their limit: F1 2.0 against 8.7 in-process on 40 SQuAD questions.)"""
-    cfg = GroundedConfig(n=2, k=1, m=2)
+    # SmolLM2 writes a rationale of its own only when shown one (the app's prompt shows none): this
+    # test is about how both cut what was written, so its prompt shows one
+    cfg = GroundedConfig(n=2, k=1, m=2, drafter_prompt=GroundedConfig().drafter_prompt + WORKED)
     remote = RemoteGroundedPipeline(engine, cfg).answer(Q, docs, GEN).extras.drafts
     local = GroundedPipeline(smollm2_engine, smollm2_engine, cfg).answer(Q, docs, GEN).extras.drafts
     assert remote and [d.subset for d in remote] == [d.subset for d in local]
