@@ -62,7 +62,10 @@ def test_stopped_mid_folder_keeps_what_it_committed_and_the_next_run_does_the_re
     assert (again.added, again.skipped, again.removed) == (len(report.not_done), report.added, [])
     assert sorted(_indexed(idx)) == sorted(str(f) for f in files)
     assert_consistent(idx)
-    assert idx.search("Note 199 is about", k=3)[0].file == str(docs / "note199.md")
+    # the last file, left to the second run, is found by its own words (the words "Note 199" alone rank
+    # by the embedder's view of 200 notes that differ in one number, which differs between CPUs)
+    words = (docs / "note199.md").read_text().splitlines()[2][:80]
+    assert idx.search(words, k=3)[0].file == str(docs / "note199.md")
 
 
 def test_the_file_being_written_is_rolled_back_and_keeps_its_old_version(tmp_path, make_index):
