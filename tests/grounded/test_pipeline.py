@@ -43,6 +43,11 @@ WORKED = [{"role": "user", "content": "Documents:\n[1] The Eiffel Tower was buil
                                            "company of Gustave Eiffel.\nAnswer: Gustave Eiffel"}]
 
 
+WORKED_TEXT = ("\n\nFor example:\nDocuments:\n[1] The lighthouse on Kell Point was painted by Ilse Marrow in "
+               "1932.\n\nQuestion: Who painted the lighthouse on Kell Point?\nRationale: The lighthouse on Kell "
+               "Point was painted by Ilse Marrow in 1932.\nAnswer: Ilse Marrow")
+
+
 def _worked_prompts(drafter, corpus_texts: list[str]) -> list[list[int]]:
     out = []
     for texts in corpus_texts:
@@ -142,7 +147,10 @@ def test_a_grounded_answer_ends_within_max_tokens_or_its_draft_is_dropped(index,
     """The request's max_tokens bounds every draft's answer: a draft whose answer ends within it is
     the same as with room to spare; one whose answer needs more is dropped whole, so no answer
     (nor any draft shown as chosen) is ever cut mid-word."""
-    pipe = GroundedPipeline(drafter, verifier, CFG.with_(min_score=-1e9, min_relevance=0.0))  # 3 subsets
+    # 3 subsets; a worked example in the drafter's instructions (the app's has none) makes SmolLM2 write
+    # answers of several lengths, so that a limit between them keeps some drafts and drops others
+    cfg = CFG.with_(min_score=-1e9, min_relevance=0.0, drafter_prompt=CFG.drafter_prompt + WORKED_TEXT)
+    pipe = GroundedPipeline(drafter, verifier, cfg)
     roomy = pipe.answer(NOTICE_Q, index, gen=GenerationConfig(max_tokens=64))
     assert len(roomy.extras.drafts) == 3 and not any(d.dropped for d in roomy.extras.drafts)
     full = {d.subset: d for d in roomy.extras.drafts}

@@ -422,7 +422,7 @@ def test_refusals_a_stopped_ingest_the_modes_and_a_restart(small_app, tmp_path):
         assert "Rationale:" not in text.rsplit(SUPPORTED, 1)[1], text
         bot.get_by_text(re.compile(r"🧪 Drafts \(\d+\)")).last.click()
         drafts = wait_text(page, "#chatbot", r"score[\s\S]*reflection", 20)
-        assert "draft log p" in drafts
+        assert "answer model, all chunks · log p" in drafts and "drafter · log p" in drafts
         offset_errors = [e for e in console if "offsetWidth" in e]
         assert not offset_errors, offset_errors
         browser.close()
