@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import TypeVar
 
 from localrag.backends.base import Backend
@@ -34,6 +35,7 @@ from localrag.config import ChunkCacheConfig, GenerationConfig, GroundedConfig, 
 from localrag.engine import Engine
 from localrag.evidence import EvidenceAligner, EvidenceConfig, declines, split_citations, unsupported_reason
 from localrag.generation import Decoder, Generation
+from localrag.judge import Probe, file_sha256, find_probe, judge_hidden, unanswerable_reason
 from localrag.models import drafts_for
 from localrag.rag.followup import FollowupConfig, search_query
 from localrag.rag.index import DocumentIndex
@@ -48,6 +50,7 @@ from localrag.results import (
     ChunkLike,
     Citation,
     CopiedSpan,
+    Judgement,
     ModeExtras,
     SearchStats,
 )
@@ -141,6 +144,14 @@ def checked_result(text: str, mode: str, evidence: AnswerEvidence, retrieved: Se
     return apply_policy(result, on_unsupported, DECLINED if declined else "")
 
 
+def judged_refusal(mode: str, judgement: Judgement, retrieved: Sequence[Hit], stats: AnswerStats, searched: str,
+                   notes: Sequence[str] = ()) -> AnswerResult:
+    """The answer refused before it was written: the judge read no answer in the prompt."""
+    result = AnswerResult(text="", mode=mode, citations=[], supported=False, stats=stats, searched=searched,
+                          also_searched=[Citation.from_hit(h) for h in retrieved], notes=list(notes))
+    return apply_policy(result, "refuse", unanswerable_reason(judgement))
+
+
 @dataclass
 class Found:
     """What the document search found for one question, and how."""
@@ -226,6 +237,7 @@ class Answerer:
         self._runtimes: dict[tuple, object] = {}
         self._kv_store: KVStore | None = None
         self._identity: str | None = None
+        self._probe: tuple[Probe | None] | None = None  # (the probe, or None: no probe), once looked up
 
     @property
     def remote(self) -> bool:
@@ -355,6 +367,26 @@ class Answerer:
             self._identity = model_identity(backend)
         spans = chunk_spans(backend, tokens, [(h.chunk_id, source_text(h)) for h in hits])
         return ChunkReuse(self.kv_store(), spans, head=cfg.head, min_tokens=cfg.min_tokens, identity=self._identity)
+
+    # ------------------------------------------------------------ the judge
+    def probe(self) -> Probe | None:
+        """The answerability probe for the answer model's file and these instructions, if one ships."""
+        if self._probe is None:
+            spec = getattr(self.engine.backend, "model_spec", None) if not self.remote else None
+            found = None
+            if spec is not None and spec.format == "gguf":
+                found = find_probe(file_sha256(Path(spec.path)), self.config.instructions)
+            self._probe = (found,)
+        return self._probe[0]
+
+    def judge(self) -> Judgement:
+        """Whether the prompt the answer model has just read holds an answer, by its probe on the
+        hidden state the prefill kept (``localrag.judge``); named as the evidence check alone where
+        there is no probe."""
+        t0 = time.perf_counter()
+        states = {} if self.remote else self.engine.backend.hidden_states()
+        why = "the answer model runs on a serving engine" if self.remote else ""
+        return replace(judge_hidden(self.probe(), states, why), seconds=time.perf_counter() - t0)
 
     # ------------------------------------------------------------ the check
     def evidence_aligner(self) -> EvidenceAligner:

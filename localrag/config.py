@@ -62,6 +62,9 @@ class ModelConfig:
     prompt is read much faster). Deterministic mode keeps them only on a build with our
     batch-invariant patch (``scripts/patches/``); False never repacks (``bench kernels``' arm
     without them).
+    hidden_layers: layers whose hidden state at the end of each prefill the backend keeps (llama.cpp:
+    ``Backend.hidden_states``; -1 is the final norm), for the answerability judge; None: the layers
+    that the judge's probes for this model file read (``localrag.judge.probe_layers``).
     """
 
     model: str = DEFAULT_MODEL
@@ -73,6 +76,7 @@ class ModelConfig:
     flash_attn: bool | None = None  # None = llama.cpp decides per device
     deterministic: bool = True
     repack: bool = True
+    hidden_layers: tuple[int, ...] | None = None
     # Which backend loads the model: "llamacpp" (GGUF files) or "hf" (transformers: an HF
     # folder, or a GGUF through gguf_file=, dequantized). HF folders always load in "hf".
     backend: str = "llamacpp"

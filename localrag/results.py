@@ -264,7 +264,7 @@ class GenerationStats:
     steps: int = 0
     prefill_seconds: float = 0.0
     decode_seconds: float = 0.0
-    stop_reason: str = ""  # eog | stop | length | repetition | cancelled (the asker stopped it)
+    stop_reason: str = ""  # eog | stop | length | repetition | cancelled (the asker stopped it) | judged (refused unwritten)
     decoder: DecoderStats | None = None  # the decoding strategy's own stats (None: plain decoding)
     # the mean log-probability the model gave the tokens it wrote (and its end-of-text): how sure it
     # was of its answer; None where the engine reports none (a serving engine)
@@ -316,6 +316,25 @@ class SearchStats:
         return cls(**known_fields(cls, data))
 
 
+@dataclass(frozen=True)
+class Judgement:
+    """The answerability judge's view of one prompt (``localrag.judge``): its name, p(answerable)
+    (None: no probe, the evidence check alone decides), whether the answer was refused before it was
+    written, and the judge's seconds."""
+
+    judge: str
+    p_answerable: float | None = None
+    refused_early: bool = False
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Judgement:
+        return cls(**known_fields(cls, data))
+
+
 @dataclass
 class AnswerStats:
     """Everything one answer cost, whatever its mode."""
@@ -326,17 +345,20 @@ class AnswerStats:
     generation: GenerationStats | None = None  # None: the mode wrote its answer another way (Grounded)
     setup_s: float = 0.0  # mode set-up before decoding (Speedup: the token datastore)
     waited_s: float = 0.0  # time spent queued behind other requests before this answer started
+    judge: Judgement | None = None  # None: no judge looked (no documents, a serving engine)
 
     def to_dict(self) -> dict:
         return {"mode": self.mode, "total_s": self.total_s, "search": self.search.to_dict(),
                 "generation": self.generation.to_dict() if self.generation is not None else None,
-                "setup_s": self.setup_s, "waited_s": self.waited_s}
+                "setup_s": self.setup_s, "waited_s": self.waited_s,
+                "judge": self.judge.to_dict() if self.judge is not None else None}
 
     @classmethod
     def from_dict(cls, data: dict) -> AnswerStats:
         d = known_fields(cls, data)
         d["search"] = SearchStats.from_dict(data.get("search") or data.get("retrieval") or {})  # (its old name)
         d["generation"] = GenerationStats.from_dict(d["generation"]) if d.get("generation") else None
+        d["judge"] = Judgement.from_dict(d["judge"]) if d.get("judge") else None
         return cls(**d)
 
 

@@ -18,12 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from localrag.answer import Answerer
+from localrag.answer import RAG_INSTRUCTIONS, Answerer
 from localrag.config import DEFAULT_MODEL, GenerationConfig, ModelConfig
 from localrag.engine import Engine
 from localrag.evidence import foreign_words
 from localrag.grounded.extras import GroundedExtras
-from localrag.models import drafts_for
+from localrag.judge import EVIDENCE_ONLY, Probe, text_sha256
+from localrag.models import drafts_for, resolve
 from localrag.modes import AnswerRequest, get_mode
 from localrag.rag.config import IndexConfig
 from localrag.rag.index import DocumentIndex
@@ -156,6 +157,9 @@ def test_every_mode_answers_a_planted_fact_and_flags_near_misses(qwen, folder_in
     result = get_mode(mode).answer(answerer, AnswerRequest(question, gen=GEN))
     assert re.search(rf"(?<![\d.]){re.escape(right)}(?![\d])", result.text), (mode, result.text)
     assert result.supported and Path(result.citations[0].file).name == name, (mode, result.text)
+    judge = result.stats.judge
+    assert judge is not None and (judge.judge.startswith("answerability probe") or judge.judge.startswith(EVIDENCE_ONLY))
+    assert not judge.refused_early, judge
     flagged = []
     for near in NEAR_MISSES:
         r = get_mode(mode).answer(answerer, AnswerRequest(near, gen=GEN))
@@ -169,3 +173,18 @@ def test_every_mode_answers_a_planted_fact_and_flags_near_misses(qwen, folder_in
             assert foreign_words(r.text, chunks, near) == [], (mode, near, r.text)
         flagged.append(not r.supported and (r.refused or r.on_unsupported == "warn"))
     assert sum(flagged) >= 3, (mode, list(zip(NEAR_MISSES, flagged, strict=True)))
+
+
+def test_a_probe_fitted_on_another_model_file_is_not_used_and_the_answer_names_its_judge(
+        qwen, folder_index, tmp_path, monkeypatch):
+    """The judge's probe is keyed by the model file's sha256: one fitted on other bytes (here the same
+    size, another hash) is never read, and the answer says the evidence check alone judged it."""
+    monkeypatch.setenv("LOCALRAG_PROBES_DIR", str(tmp_path))
+    path = resolve(DEFAULT_MODEL).path
+    width = int(qwen.backend.meta("qwen2.embedding_length"))
+    Probe("0" * 64, path.stat().st_size, text_sha256(RAG_INSTRUCTIONS), 18, (0.0,) * width, (1.0,) * width,
+          (0.0,) * width, 0.0, 1.0).save()  # would refuse everything, were it used
+    name, _, question, right = FACTS[3]
+    result = get_mode("plain").answer(Answerer(qwen, folder_index), AnswerRequest(question, gen=GEN))
+    assert result.stats.judge.judge == f"{EVIDENCE_ONLY} (no answerability probe for this model file and prompt)"
+    assert result.stats.judge.p_answerable is None and right in result.text and result.supported

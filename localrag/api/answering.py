@@ -33,7 +33,7 @@ from localrag.evidence import mark_citations
 from localrag.models import ModelError, list_models
 from localrag.modes import AnswerMode, AnswerRequest
 from localrag.rag.config import IndexConfig
-from localrag.results import AnswerEvidence, AnswerProgress, AnswerResult, AnswerStats, Citation
+from localrag.results import AnswerEvidence, AnswerProgress, AnswerResult, AnswerStats, Citation, Judgement
 
 
 @dataclass
@@ -52,6 +52,7 @@ class Grounding:
     refused: bool = False  # the content is the refusal; the answer is in ``unsupported_answer``
     unsupported_answer: str | None = None
     on_unsupported: str = "warn"
+    judge: Judgement | None = None  # the answerability judge's view (its name, p(answerable))
 
     @classmethod
     def from_result(cls, result: AnswerResult) -> Grounding:
@@ -59,14 +60,16 @@ class Grounding:
         return cls(citations=list(result.citations), supported=result.supported, searched=result.searched,
                    evidence=result.evidence, also_searched=list(result.also_searched),
                    answer_with_citations="" if result.refused else marked, refused=result.refused,
-                   unsupported_answer=result.text if result.refused else None, on_unsupported=result.on_unsupported)
+                   unsupported_answer=result.text if result.refused else None, on_unsupported=result.on_unsupported,
+                   judge=result.stats.judge if result.stats is not None else None)
 
     def to_dict(self) -> dict:
         return {"citations": [{**c.to_dict(), "spans": self.spans_in(c)} for c in self.citations],
                 "also_searched": [c.to_dict() for c in self.also_searched], "supported": self.supported,
                 "refused": self.refused, "on_unsupported": self.on_unsupported, "searched": self.searched,
                 "answer_with_citations": self.answer_with_citations, "unsupported_answer": self.unsupported_answer,
-                "evidence": self.evidence.to_dict() if self.evidence is not None else None}
+                "evidence": self.evidence.to_dict() if self.evidence is not None else None,
+                "judge": self.judge.to_dict() if self.judge is not None else None}
 
     def spans_in(self, citation: Citation) -> list[dict]:
         """The passages of ``citation``'s chunk that support the answer: character offsets

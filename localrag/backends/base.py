@@ -127,6 +127,11 @@ class Backend(ABC):
         self.commit_path([0])
         return row
 
+    def hidden_states(self) -> dict[int, np.ndarray]:
+        """The last prefill's hidden states of its last token, by layer (``ModelConfig.hidden_layers``;
+        -1: the final norm); empty where the backend cannot read them."""
+        return {}
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Free native resources (optional)."""
 

@@ -53,6 +53,7 @@ import llama_cpp as lc
 import numpy as np
 
 from localrag.backends.base import Backend
+from localrag.backends.hidden import HiddenTap
 from localrag.config import ModelConfig
 from localrag.models import ModelError, ModelSpec, resolve
 
@@ -155,6 +156,9 @@ class LlamaCppBackend(Backend):
             cparams.flash_attn_type = (
                 lc.LLAMA_FLASH_ATTN_TYPE_ENABLED if config.flash_attn else lc.LLAMA_FLASH_ATTN_TYPE_DISABLED
             )
+        self._tap = HiddenTap(config.hidden_layers) if config.hidden_layers else None
+        if self._tap is not None:
+            self._tap.install(cparams)
         self._ctx = lc.llama_init_from_model(self._model, cparams)
         if not self._ctx:
             lc.llama_model_free(self._model)
@@ -330,6 +334,26 @@ class LlamaCppBackend(Backend):
         if not tokens:
             raise ValueError("prefill needs at least one token")
         self._check_room(len(tokens))
+        with self._tapping():
+            self._prefill(tokens)
+        return self._logits_view(1)[0]
+
+    @contextlib.contextmanager
+    def _tapping(self):
+        if self._tap is None:
+            yield
+            return
+        self._tap.clear()
+        self._tap.armed = True
+        try:
+            yield
+        finally:
+            self._tap.armed = False
+
+    def hidden_states(self) -> dict[int, np.ndarray]:
+        return dict(self._tap.states) if self._tap is not None else {}
+
+    def _prefill(self, tokens: Sequence[int]) -> None:
         b = self._batch
         for start in range(0, len(tokens), self.n_batch):
             chunk = tokens[start : start + self.n_batch]
@@ -342,7 +366,6 @@ class LlamaCppBackend(Backend):
                 b.logits[i] = last_chunk and i == len(chunk) - 1
             self._decode(len(chunk))
             self.tokens.extend(chunk)
-        return self._logits_view(1)[0]
 
     def decode_one(self, token: int) -> np.ndarray:
         self._check_room(1)

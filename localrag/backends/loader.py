@@ -5,9 +5,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from localrag.backends.base import Backend
 from localrag.backends.llamacpp import LlamaCppBackend
 from localrag.config import ModelConfig
+from localrag.judge import probe_layers
 from localrag.models import ModelError, resolve
 
 
@@ -17,6 +20,8 @@ def load_backend(config: ModelConfig) -> Backend:
         raise ModelError(f"unknown backend {config.backend!r}; use 'llamacpp' or 'hf'")
     spec = resolve(config.model)
     if spec.format == "gguf" and config.backend == "llamacpp":
+        if config.hidden_layers is None:
+            config = replace(config, hidden_layers=probe_layers(spec.path))
         return LlamaCppBackend(config, spec)
     # Lazy: the transformers backend imports torch and transformers, which costs seconds of start-up
     # (see docs/design.md, "Imports") that a llama.cpp-only session never needs.

@@ -8,6 +8,7 @@ from localrag.bench import (
     grounding,
     ingest,
     ingest_pipeline,
+    judge,
     kernels,
     plain,
     prompts,
@@ -20,7 +21,7 @@ from localrag.bench import (
 )
 
 SUITES = (plain, kernels, ingest, ingest_pipeline, search, followup, speed, qa, grounding, prompts, repetition, api,
-          ttft, soak)
+          ttft, soak, judge)
 
 
 def add_cli(subparsers) -> None:

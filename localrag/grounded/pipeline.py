@@ -52,6 +52,7 @@ from localrag.grounded.drafting import chunk_tokens, draft_prompt, draft_steps
 from localrag.grounded.extras import GroundedDraft, GroundedExtras, may_answer
 from localrag.grounded.scoring import combined_score, score_drafts, select, short_answer
 from localrag.grounded.subsets import cluster, make_subsets, random_subsets, shared_prefix_order
+from localrag.judge import unanswerable_reason
 from localrag.rag.index import DocumentIndex
 from localrag.rag.records import Hit
 from localrag.results import AnswerEvidence, AnswerProgress, AnswerResult, AnswerStats, Citation, SearchStats
@@ -247,7 +248,8 @@ def decide(question: str, drafted: Drafted, own: GroundedDraft | None, own_resul
     weaker writers); else the best-scoring draft that passes its own check and the verifier's
     threshold, and that another candidate agrees with (two readings of different subsets giving
     the same answer); else none is, and the answer is unsupported. No candidate holding a
-    number, name or unit found in no chunk and not in the question can be chosen."""
+    number, name or unit found in no chunk and not in the question can be chosen, and none at all
+    when the answerability judge refused the answer model's before it was written."""
     gs = drafted.extras
     evidence: dict[int, AnswerEvidence] = {}
     for j, d in enumerate(drafted.drafts):
@@ -263,7 +265,12 @@ def decide(question: str, drafted: Drafted, own: GroundedDraft | None, own_resul
     gs.drafts, gs.n_drafts = candidates, len(candidates)
     stats = drafted.stats
     if own_result is not None and own_result.stats is not None:
-        stats.generation = own_result.stats.generation
+        stats.generation, stats.judge = own_result.stats.generation, own_result.stats.judge
+    if stats.judge is not None and stats.judge.refused_early:  # the judge read no answer: no draft may give one
+        gs.choice, gs.unsupported_reason = None, unanswerable_reason(stats.judge)
+        stats.total_s = time.perf_counter() - drafted.t0
+        return AnswerResult(text="", mode=mode, citations=[], supported=False, extras=gs, stats=stats,
+                            searched=drafted.searched)
     if own is not None and may_answer(own) and not own.check and own_result is not None:
         gs.choice, gs.why_chosen = 0, "the answer model's own answer over all the chunks, which the documents support"
         stats.total_s = time.perf_counter() - drafted.t0

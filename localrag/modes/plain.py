@@ -9,7 +9,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from localrag.answer import PREFILLS, Answerer, Found, checked_result
+from localrag.answer import PREFILLS, Answerer, Found, checked_result, judged_refusal
 from localrag.generation import Decoder, Generation
 from localrag.modes.base import AnswerMode, AnswerRequest, ModeOptions, option
 from localrag.results import AnswerProgress, AnswerResult, AnswerStats, CopiedSpan, SearchStats
@@ -85,6 +85,7 @@ class PlainMode(AnswerMode):
         generation = answerer.generate(ready.messages, request.gen, ready.decoder, fit=request.documents,
                                        cancel=request.cancel, reuse=ready.found.hits if reuse else ())
         reading = "reading" if request.documents else "reading the conversation"
+        judgement = None
         for done, total in generation.read():  # the prompt, in pieces: a long one says how far it got
             if total > READ_QUIETLY:
                 yield AnswerProgress(reading, done, total)
@@ -92,6 +93,14 @@ class PlainMode(AnswerMode):
                 generation.stats.stop_reason = "cancelled"
                 break
         else:
+            judgement = answerer.judge() if request.documents else None
+        if judgement is not None and judgement.refused_early:  # the documents hold no answer: none is written
+            generation.stats.stop_reason = "judged"
+            stats = AnswerStats(mode=self.id, search=ready.found.stats, generation=generation.stats,
+                                setup_s=ready.setup_s, judge=judgement, total_s=time.perf_counter() - t0)
+            yield judged_refusal(self.id, judgement, ready.found.hits, stats, ready.found.searched, ready.notes)
+            return
+        if generation.stats.stop_reason != "cancelled":
             pieces = iter(generation)
             for piece in pieces:
                 yield piece
@@ -101,7 +110,7 @@ class PlainMode(AnswerMode):
                     break
         text = generation.text.strip()
         stats = AnswerStats(mode=self.id, search=ready.found.stats, generation=generation.stats,
-                            setup_s=ready.setup_s)
+                            setup_s=ready.setup_s, judge=judgement)
         if not request.documents:
             stats.total_s = time.perf_counter() - t0
             yield AnswerResult(text=text, mode=self.id, citations=[], supported=False, stats=stats,

@@ -100,6 +100,9 @@ def stats_line(mode: str, stats: AnswerStats, extras: ModeExtras | None = None) 
             parts += ["1 token/step", "1.00× (plain baseline)"]
     if extras is not None:
         parts += extras.stats_parts(stats)
+    if stats.judge is not None:
+        p = stats.judge.p_answerable
+        parts.append(f"judge: {stats.judge.judge}" + (f", p(answerable) {p:.2f}" if p is not None else ""))
     if stats.setup_s >= SHOWN_SETUP_S:
         parts.append(f"set-up: {stats.setup_s:.1f} s")
     if stats.waited_s >= 0.05:  # the time the asker really waited, queue included

@@ -60,6 +60,8 @@ def test_plain_through_the_endpoint_is_checked_and_cited_as_in_process(engine, d
     assert result.evidence is not None and [c.chunk_id for c in result.citations] == list(result.evidence.cited)
     assert len(result.citations + result.also_searched) == 2 and 'collection "default"' in result.searched
     assert result.stats.generation.generated_tokens > 0 and result.stats.generation.decode_tps > 0
+    # no hidden state comes back from a server: the answer names the judge it had instead
+    assert result.stats.judge.judge == "evidence check only (the answer model runs on a serving engine)"
 
 
 def test_speedup_says_it_runs_in_process_only(engine):

@@ -1,0 +1,45 @@
+"""``bench judge``'s fit: the layer and penalty chosen by grouped cross-validation, the threshold set
+from out-of-fold scores, the probe file written and found again. Synthetic hidden states (one layer
+carries the label along a direction, the others none), so what is checked is the fitting itself.
+
+Run: .venv/bin/python -m pytest tests/test_judge_fit.py -q
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from localrag.bench.judge import MAX_EARLY_FALSE_REFUSALS, Features, fit_probe, measure
+from localrag.judge import find_probe, text_sha256
+
+
+def _features(n: int, seed: int, informative: int = 18) -> Features:
+    direction = np.random.default_rng(99).normal(size=64)  # the same direction in every sample
+    rng = np.random.default_rng(seed)
+    y = rng.random(n) < 0.5
+    states = {}
+    for layer in (8, informative, 26):
+        x = rng.normal(size=(n, 64))
+        if layer == informative:
+            x += np.outer(np.where(y, 0.8, -0.8), direction / np.linalg.norm(direction))
+        states[layer] = x
+    return Features((8, informative, 26), states, y, np.arange(n) // 2, np.ones(n), np.full(n, 800))
+
+
+def test_the_fit_picks_the_layer_that_carries_the_label_and_keeps_its_early_refusals_within_bound(tmp_path, monkeypatch):
+    monkeypatch.setenv("LOCALRAG_PROBES_DIR", str(tmp_path))
+    model = tmp_path / "model.gguf"
+    model.write_bytes(b"GGUF" + bytes(100))
+    probe, fitted = fit_probe(_features(400, 0), model, "Answer briefly.", {"suite": "synthetic"})
+    assert probe.layer == 18, fitted["layer_auroc_cv"]
+    assert fitted["cv_auroc"] > 0.75 and max(v for k, v in fitted["layer_auroc_cv"].items() if not k.startswith("18@")) < 0.65
+    assert fitted["cv_early_refusals_answerable"] <= MAX_EARLY_FALSE_REFUSALS + 0.01
+    assert fitted["cv_early_refusals_unanswerable"] > fitted["cv_early_refusals_answerable"]
+    probe.save()
+    found = find_probe(probe.model_sha256, "Answer briefly.")
+    assert found is not None and found.model_bytes == model.stat().st_size
+    assert find_probe(probe.model_sha256, "Answer at length.") is None
+    assert found.prompt_sha256 == text_sha256("Answer briefly.")
+
+    held_out = measure(found, _features(300, 1))  # fresh rows, the same direction
+    assert held_out["auroc"] > 0.75 and held_out["early_refusals_answerable"] < 0.15
