@@ -25,7 +25,7 @@ from __future__ import annotations
 import hashlib
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -38,11 +38,17 @@ from localrag.config import GenerationConfig, ModelConfig, default_cache_dir
 from localrag.engine import Engine
 from localrag.generation import Generation, PlainDecoder
 from localrag.judge import FINAL_NORM, Probe, file_sha256, find_probe, text_sha256
+from localrag.models import resolve
 
 MAX_EARLY_FALSE_REFUSALS = 0.05
 FOLDS = 5
 C_GRID = (0.001, 0.01, 0.1)
 MAX_LAYERS = 128
+GEN = GenerationConfig(max_tokens=64)  # the room each prompt leaves for an answer
+
+
+def model_config(model: str | None) -> ModelConfig:
+    return ModelConfig(model=model) if model else ModelConfig()
 
 
 def tapped_layers(n_layer: int) -> tuple[int, ...]:
@@ -70,18 +76,25 @@ def record_key(rec: GroundingRecord, collection_key: str, k: int) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
+def sample(suite: str, split: str, n: int, seed: int):
+    """The run's records, their collection, and the seeded order they are read in."""
+    records = load_records(suite, None, split, n, seed)
+    collection = qa_collection(f"judge-{suite}-{split}", [r.qa for r in records])
+    return records, collection, np.random.default_rng(seed).permutation(len(records))
+
+
+def prompt_tokens(answerer: Answerer, question: str, k: int) -> list[int]:
+    """The question laid out as the app lays it out: its instructions and the top-k chunks."""
+    found = answerer.find(question, [], k)
+    return answerer.fit_prompt(answerer.rag_messages(question, found.hits, []), GEN)
+
+
 def cost_prompts(args, n: int) -> list[list[int]]:
-    """The first ``n`` of the run's prompts, laid out as ``collect`` lays them out (tokens only)."""
-    records = load_records(args.suite, None, args.split, args.n, args.seed)
-    collection = qa_collection(f"judge-{args.suite}-{args.split}", [r.qa for r in records])
-    engine = Engine.load(ModelConfig(model=args.model, hidden_layers=()) if args.model else ModelConfig(hidden_layers=()))
+    """The first ``n`` of the run's prompts, as ``collect`` reads them (tokens only)."""
+    records, collection, order = sample(args.suite, args.split, args.n, args.seed)
+    engine = Engine.load(replace(model_config(args.model), hidden_layers=()))
     answerer = Answerer(engine, collection.index, config=AnswerConfig(instructions=RAG_INSTRUCTIONS))
-    order = np.random.default_rng(args.seed).permutation(len(records))[:n]
-    gen = GenerationConfig(max_tokens=64)
-    out = []
-    for i in order:
-        q = records[i].qa.question
-        out.append(answerer.fit_prompt(answerer.rag_messages(q, answerer.find(q, [], args.k).hits, []), gen))
+    out = [prompt_tokens(answerer, records[i].qa.question, args.k) for i in order[:n]]
     engine.close()
     return out
 
@@ -89,11 +102,9 @@ def cost_prompts(args, n: int) -> list[list[int]]:
 def collect(suite: str, split: str, n: int, seed: int, model: str | None, k: int, instructions: str,
             limit: int | None = None, progress=None) -> tuple[Features, Path]:
     """Read (or load from the cache) each sampled question's prompt; the features and the model file."""
-    records = load_records(suite, None, split, n, seed)
-    collection = qa_collection(f"judge-{suite}-{split}", [r.qa for r in records])
-    order = np.random.default_rng(seed).permutation(len(records))[: limit or len(records)]
-    spec_model = ModelConfig(model=model) if model else ModelConfig()
-    from localrag.models import resolve
+    records, collection, order = sample(suite, split, n, seed)
+    order = order[: limit or len(records)]
+    spec_model = model_config(model)
     spec = resolve(spec_model.model)
     model_sha = file_sha256(Path(spec.path))
     folder = feature_dir(model_sha, instructions)
@@ -105,14 +116,12 @@ def collect(suite: str, split: str, n: int, seed: int, model: str | None, k: int
         path = folder / f"{suite}-{record_key(rec, collection.key, k)}.npz"
         if not path.exists():
             if engine is None:  # every layer a model may have is tapped; those kept depend on its depth
-                engine = Engine.load(ModelConfig(**{**spec_model.__dict__, "hidden_layers": (*range(MAX_LAYERS), FINAL_NORM)}))
+                engine = Engine.load(replace(spec_model, hidden_layers=(*range(MAX_LAYERS), FINAL_NORM)))
                 answerer = Answerer(engine, collection.index, config=AnswerConfig(instructions=instructions))
-            gen = GenerationConfig(max_tokens=64)
-            found = answerer.find(rec.qa.question, [], k)
-            tokens = answerer.fit_prompt(answerer.rag_messages(rec.qa.question, found.hits, []), gen)
+            tokens = prompt_tokens(answerer, rec.qa.question, k)
             engine.backend.reset()
             t0 = time.perf_counter()
-            for _ in Generation(engine.backend, tokens, PlainDecoder(), gen).read():
+            for _ in Generation(engine.backend, tokens, PlainDecoder(), GEN).read():
                 pass
             seconds = time.perf_counter() - t0
             states = engine.backend.hidden_states()
@@ -198,9 +207,7 @@ def measure(probe: Probe, feats: Features) -> dict:
 def tap_cost(model: str | None, layer: int, prompts: list[list[int]], repeats: int = 2) -> dict:
     """What keeping one layer's state costs a prefill: each prompt read by a backend without the
     tap and by one with it, interleaved, ``repeats`` times; the median ratio of their seconds."""
-    base = ModelConfig(model=model) if model else ModelConfig()
-    plain, tapped = (Engine.load(ModelConfig(**{**base.__dict__, "hidden_layers": layers}))
-                     for layers in ((), (layer,)))
+    plain, tapped = (Engine.load(replace(model_config(model), hidden_layers=layers)) for layers in ((), (layer,)))
     ratios = []
     try:
         for _ in range(repeats):
