@@ -189,7 +189,10 @@ def test_real_gguf_conversion_cache_reloads_identically(hf_smollm2, monkeypatch)
 @pytest.mark.slow
 def test_generate_cli_runs_rasd_on_the_transformers_backend(hf_smollm2, tmp_path):
     """`generate --backend hf --device cpu --mode rasd --draft ... --docs` end to end, in a subprocess:
-    the same text as plain decoding in transformers, with RASD stats."""
+    the same text as plain decoding in transformers, with RASD stats naming the draft.
+
+    CI once saw draft_steps 0 here: on a busy machine the measured cost curve was steep
+    (T(4) = 2 T(1)), and the budget rightly ran plain steps."""
     import json
     import subprocess
     import sys
@@ -207,7 +210,11 @@ def test_generate_cli_runs_rasd_on_the_transformers_backend(hf_smollm2, tmp_path
     result = json.loads(out.stdout)
     assert result["text"] == plain.text
     decoder = result["stats"]["decoder"]
-    assert decoder["steps"] >= 1 and decoder["draft_steps"] >= 1
+    # the draft was loaded and timed (its chain limit is None without one); whether its steps pay
+    # is the budget's call on this machine's measured cost curve, so draft_steps is not asserted
+    # here (test_real_cross_backend_gguf_draft_equals_plain forces them with use_budget=False)
+    assert decoder["kind"] == "rasd" and decoder["steps"] >= 1
+    assert decoder["draft_limit_speedup"] is not None and decoder["cost_curve_ms"]["k"][0] == 1
 
 
 def test_draft_chain_is_incremental_cost_aware_and_kept_for_the_next_sync():
