@@ -58,10 +58,11 @@ class ModelConfig:
     context was batched (prompt cache, tree verification), so greedy Plain repeats itself and
     Speedup writes Plain's answer token for token (``localrag.backends.llamacpp``). Needs flash
     attention; has no effect on GPU layers, whose kernels keep their own batch-dependent rounding.
-    repack: llama.cpp's repacked weights (interleaved blocks multiplied by AVX2/AVX-512 GEMMs: a
-    prompt is read much faster). Deterministic mode keeps them only on a build with our
-    batch-invariant patch (``scripts/patches/``); False never repacks (``bench kernels``' arm
-    without them).
+    repack: llama.cpp's repacked weights (interleaved blocks multiplied by AVX2/AVX-512 GEMMs).
+    Deterministic mode keeps them only on a build with our batch-invariant patch
+    (``scripts/patches/``), and by default (None) for a Q4_K file only where the patch has its
+    Q4_K row kernel (AVX-512 builds): elsewhere its one-token steps pay a 4-row GEMM. True keeps
+    them wherever the patch keeps the bits, False never (``bench kernels``' arms).
     hidden_layers: layers whose hidden state at the end of each prefill the backend keeps (llama.cpp:
     ``Backend.hidden_states``; -1 is the final norm), for the answerability judge; None: the layers
     that the judge's probes for this model file read (``localrag.judge.probe_layers``).
@@ -75,7 +76,7 @@ class ModelConfig:
     n_seq_max: int = 64
     flash_attn: bool | None = None  # None = llama.cpp decides per device
     deterministic: bool = True
-    repack: bool = True
+    repack: bool | None = None
     hidden_layers: tuple[int, ...] | None = None
     # Which backend loads the model: "llamacpp" (GGUF files) or "hf" (transformers: an HF
     # folder, or a GGUF through gguf_file=, dequantized). HF folders always load in "hf".

@@ -146,26 +146,31 @@ def test_logits_do_not_depend_on_batching(smollm2, gemma_engine):
 REPACK_LOG = """
 from localrag.backends.llamacpp import LlamaCppBackend
 from localrag.config import ModelConfig
-LlamaCppBackend(ModelConfig(model="gemma3-270m", n_ctx=512, repack={}), verbose=True).close()
+LlamaCppBackend(ModelConfig(model="gemma3-270m", n_ctx=512, deterministic={}, repack={}), verbose=True).close()
 """
 
 
-def test_the_deterministic_kernels_keep_repacked_weights_on_our_build(gemma_engine):
+def test_the_deterministic_kernels_keep_repacked_weights_where_they_pay(gemma_engine):
     """setup.sh builds llama.cpp with our patch (scripts/patches/), so the deterministic backend
-    keeps its repacked weights (every row as through the same 4-row GEMM; the batching tests above
-    run on them) and its build label, which keys the stored cost curves, says so, with the version
-    of the patch's kernels. llama.cpp's own log names the repacked buffer, and ``repack=False``
-    goes without one."""
+    can keep repacked weights (every row as through the same 4-row GEMM; the batching tests above
+    run on them) and its build label, which keys the stored cost curves, says whether it did, with
+    the version of the patch's kernels. Gemma's file is Q4_K_M: it keeps them where the patch's
+    Q4_K row kernel is built (AVX-512), and not elsewhere, where every one-token step would pay
+    the whole 4-row GEMM. llama.cpp's own log names the repacked buffer, and ``repack=False`` goes
+    without one."""
+    row_kernel = "-DGGML_AVX512=ON" in cmake_flags()
     be = gemma_engine.backend
-    assert be.deterministic and be.repacked and "repacked=True" in be.build_label
+    assert be.deterministic and be.repacked == row_kernel and f"repacked={row_kernel}" in be.build_label
     # the kernels' version: 3 where the AVX-512 Q4_K kernel is built (the flags setup recorded)
-    assert f"invariant={3 if '-DGGML_AVX512=ON' in cmake_flags() else 1}" in be.build_label
+    assert f"invariant={3 if row_kernel else 1}" in be.build_label
     assert os.environ["GGML_CPU_REPACK_INVARIANT"] == "1"
-    for repack in (True, False):
-        out = subprocess.run([sys.executable, "-c", REPACK_LOG.format(repack)], capture_output=True, text=True,
-                             timeout=300)
+    # the log's line is there when llama.cpp repacks (repack=True: wherever the patch keeps the bits)
+    for deterministic, repack, repacks in ((True, None, row_kernel), (True, True, True), (True, False, False),
+                                           (False, None, True)):
+        out = subprocess.run([sys.executable, "-c", REPACK_LOG.format(deterministic, repack)], capture_output=True,
+                             text=True, timeout=300)
         assert out.returncode == 0, out.stderr[-2000:]
-        assert ("CPU_REPACK model buffer size" in out.stderr) == repack
+        assert ("CPU_REPACK model buffer size" in out.stderr) == repacks, (deterministic, repack)
 
 
 def _first_logits(be: LlamaCppBackend, prompt: list[int]) -> np.ndarray:
@@ -175,8 +180,8 @@ def _first_logits(be: LlamaCppBackend, prompt: list[int]) -> np.ndarray:
 
 
 def test_thread_count_does_not_change_logits(smollm2, gemma_engine):
-    """Gemma's Q4_K weights are repacked (the patched 4-row GEMM), whose columns are cut among
-    threads; SmolLM2's Q4_1 ones are not."""
+    """Gemma's Q4_K weights are repacked on AVX-512 builds (the patched 4-row GEMM), whose columns
+    are cut among threads; SmolLM2's Q4_1 ones are not."""
     for be in (smollm2, gemma_engine.backend):
         one = LlamaCppBackend(ModelConfig(model=be.name, n_ctx=2048, n_threads=1))
         try:

@@ -25,9 +25,10 @@ prefill chunks, tree verification). Two things make that so, both measured:
   need both f16), the tiled GEMM switched off (``GGML_CPU_TILED_MM=0``) and repacked weights
   multiplied as by the 4-row GEMM alone (``GGML_CPU_REPACK_INVARIANT=1``, our patch to llama.cpp:
   ``scripts/patches/``; on AVX-512 its Q4_K rows by a kernel of ours that gives that GEMM's bits
-  at a fraction of its work; an unpatched build goes without repacked weights instead), every row
-  is one sequential pass over its KV cells and the same dot products, whatever the batch. Both
-  switches are read once per process.
+  at a fraction of its work; an unpatched build goes without repacked weights instead, and so
+  does a Q4_K file on a build without that kernel, whose one-token steps would pay the whole
+  4-row GEMM), every row is one sequential pass over its KV cells and the same dot products,
+  whatever the batch. Both switches are read once per process.
 * KV cells in position order. Attention sums a row's visible cells in cell order, and llama.cpp
   puts new tokens in the lowest free cells. So the cache is kept packed: the committed context
   and nothing else fills cells 0..frontier-1, except rejected tree nodes that sit below the last
@@ -55,7 +56,7 @@ import numpy as np
 from localrag.backends.base import Backend
 from localrag.backends.hidden import HiddenTap
 from localrag.config import ModelConfig
-from localrag.models import ModelError, ModelSpec, resolve
+from localrag.models import ModelError, ModelSpec, read_gguf_header, resolve
 
 _LOG_SINK: list = []  # the installed log callback: a reference must live as long as C holds the pointer
 
@@ -81,21 +82,35 @@ GGML_TYPE_BF16 = 30  # ggml.h's enum value; llama_cpp exports no constant for it
 os.environ.setdefault("GGML_CPU_REPACK_INVARIANT", "1")
 
 
+Q4_K_FILE_TYPES = (14, 15)  # GGUF general.file_type: Q4_K_S, Q4_K_M
+
+
+@functools.cache
+def _ggml_cpu() -> ctypes.CDLL | None:
+    try:
+        return ctypes.CDLL(str(Path(lc.__file__).parent / "lib" / "libggml-cpu.so"))
+    except OSError:  # another layout (Windows, dynamic backends)
+        return None
+
+
 @functools.cache
 def _repack_invariant() -> int:
     """The version of our patch's batch-invariant kernels for repacked weights that this llama.cpp
     runs (found by its symbol in ggml's CPU library): 0 unpatched or with the switch off. A new
     version computes the same bits at another speed, so it is part of ``build_label`` (cost curves
     are measured per build)."""
-    try:
-        lib = ctypes.CDLL(str(Path(lc.__file__).parent / "lib" / "libggml-cpu.so"))
-        switch = lib.ggml_cpu_repack_batch_invariant
-    except (OSError, AttributeError):  # unpatched, or another layout (Windows, dynamic backends)
-        return 0
-    return int(switch())
+    switch = getattr(_ggml_cpu(), "ggml_cpu_repack_batch_invariant", None)
+    return int(switch()) if switch is not None else 0
 
 
-def _batch_invariant_kernels(mparams, cparams, repack: bool) -> bool:
+@functools.cache
+def _q4_k_row_kernel() -> bool:
+    """Whether our patch's Q4_K row kernel is built (AVX-512 builds): one row at the 4-row GEMM's
+    bits for a fraction of its work."""
+    return hasattr(_ggml_cpu(), "ggml_gemm_q4_K_8x8_q8_K_rows")
+
+
+def _batch_invariant_kernels(mparams, cparams, repack: bool | None, q4_k: bool) -> bool:
     """Model and context params under which every row's logits are independent of the batch
     (module docstring). Whether repacked weights were kept. The tiled GEMM's switch is an
     environment variable ggml reads once, at the first matrix product of the process; a process
@@ -104,8 +119,11 @@ def _batch_invariant_kernels(mparams, cparams, repack: bool) -> bool:
     cparams.type_v = GGML_TYPE_BF16  # K f16, V bf16: flash attention's per-row sequential path only
     cparams.flash_attn_type = lc.LLAMA_FLASH_ATTN_TYPE_ENABLED
     # repacked weights only where every row is multiplied as by the same 4-row GEMM (our patch):
-    # upstream's GEMM and GEMV round differently
-    mparams.use_extra_bufts = repack and _repack_invariant() > 0
+    # upstream's GEMM and GEMV round differently. By default a Q4_K file only with the patch's row
+    # kernel: without it every one-token step pays the whole 4-row GEMM (on an AVX2 CPU the 1.5B
+    # wrote at 0.39x and read at 0.87x its speed without repacked weights; docs/benchmarks.md)
+    pays = repack if repack is not None else not q4_k or _q4_k_row_kernel()
+    mparams.use_extra_bufts = pays and _repack_invariant() > 0
     return mparams.use_extra_bufts
 
 
@@ -135,9 +153,10 @@ class LlamaCppBackend(Backend):
             raise ModelError("deterministic decoding needs flash attention: set flash_attn=None or deterministic=False")
         cparams = lc.llama_context_default_params()
         if self.deterministic:
-            self.repacked = _batch_invariant_kernels(mparams, cparams, config.repack)
+            q4_k = read_gguf_header(spec.path)[0].get("general.file_type") in Q4_K_FILE_TYPES
+            self.repacked = _batch_invariant_kernels(mparams, cparams, config.repack, q4_k)
         else:
-            self.repacked = mparams.use_extra_bufts = config.repack
+            self.repacked = mparams.use_extra_bufts = config.repack is not False
         self._model = lc.llama_model_load_from_file(str(spec.path).encode(), mparams)
         if not self._model:
             raise ModelError(f"{spec.path}: llama.cpp could not load this model (unsupported architecture or corrupt tensors)")

@@ -2,11 +2,13 @@
 
     python -m localrag bench kernels [--model NAME|PATH] [--rounds 5] [--prompt-tokens 1000] [--json]
 
-Three llama.cpp contexts of the same model in one process: ``deterministic`` (the app's: bf16 V
-cache, flash attention, repacked weights through our batch-invariant GEMM), the same with
-``repack=False`` (``deterministic_unpacked``: the app's kernels before that patch) and llama.cpp's
-defaults; each round prefills the same prompt and decodes the same greedy tokens, interleaved, so
-machine noise hits all alike; the figures are medians of per-round ratios.
+Four llama.cpp contexts of the same model in one process: ``deterministic`` (the app's: bf16 V
+cache, flash attention, repacked weights through our batch-invariant GEMM where they pay), the same
+with ``repack=True`` (``deterministic_repacked``: repacked wherever the patch keeps the bits, a
+Q4_K file included on a build without the patch's row kernel) and with ``repack=False``
+(``deterministic_unpacked``: the app's kernels before that patch), and llama.cpp's defaults; each
+round prefills the same prompt and decodes the same greedy tokens, interleaved, so machine noise
+hits all alike; the figures are medians of per-round ratios.
 
 ``GGML_CPU_REPACK_INVARIANT`` (our patch's switch, on in every localrag process) is read once per
 process as well, so the default context's repacked weights take the same 4-row GEMM here:
@@ -64,8 +66,10 @@ def cmd_kernels(args) -> int:
     def config(**kw) -> ModelConfig:
         return ModelConfig(model=args.model, n_threads=args.threads, n_ctx=4096, **kw)
 
-    # the app's kernels; the same without repacked weights (as before our llama.cpp patch); llama.cpp's defaults
+    # the app's kernels; with repacked weights wherever the patch keeps the bits; without them (as
+    # before our llama.cpp patch); llama.cpp's defaults
     arms = {"deterministic": LlamaCppBackend(config()),
+            "deterministic_repacked": LlamaCppBackend(config(repack=True)),
             "deterministic_unpacked": LlamaCppBackend(config(repack=False)),
             "default": LlamaCppBackend(config(deterministic=False))}
     prompt = arms["default"].tokenize(TEXT * (args.prompt_tokens // 30 + 1), add_special=True)[: args.prompt_tokens]
@@ -91,6 +95,7 @@ def cmd_kernels(args) -> int:
         "prefill_tps": {name: statistics.median(x[0] for x in runs[name]) for name in runs},
         "decode_tps": {name: statistics.median(x[1] for x in runs[name]) for name in runs},
         **over("default"),
+        "over_repacked": over("deterministic_repacked"),
         "over_unpacked": over("deterministic_unpacked"),
     }
     for be in arms.values():
@@ -102,11 +107,11 @@ def print_kernels(result: dict) -> None:
     print(f"{result['model']}: {result['prompt_tokens']}-token prompt, {result['new_tokens']} new tokens, "
           f"{result['rounds']} rounds, GGML_CPU_TILED_MM={result['GGML_CPU_TILED_MM']}, "
           f"GGML_CPU_REPACK_INVARIANT={result['GGML_CPU_REPACK_INVARIANT']}")
-    unpacked = result["over_unpacked"]
+    repacked, unpacked = result["over_repacked"], result["over_unpacked"]
     for what in ("prefill", "decode"):
         tps = result[f"{what}_tps"]
         print(f"  {what:8} " + "   ".join(f"{name} {v:7.1f}" for name, v in tps.items()) + " tok/s")
         print(f"  {'':8} deterministic over default {result[f'{what}_ratio']:.3f}, "
-              f"over unpacked {unpacked[f'{what}_ratio']:.3f}")
+              f"over repacked {repacked[f'{what}_ratio']:.3f}, over unpacked {unpacked[f'{what}_ratio']:.3f}")
     print(f"  greedy tokens identical to default in {result['same_tokens_rounds']}/{result['rounds']} rounds, "
-          f"to unpacked in {unpacked['same_tokens_rounds']}/{result['rounds']}")
+          f"to repacked in {repacked['same_tokens_rounds']}, to unpacked in {unpacked['same_tokens_rounds']}")
