@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from localrag.backends.base import Backend
-from localrag.backends.chunk_reuse import ChunkReuse, chunk_spans, model_identity, supports_reuse
+from localrag.backends.chunk_reuse import ChunkReuse, chunk_spans, model_identity, supports_reuse, warm_entry
 from localrag.backends.endpoint import EndpointEngine, EndpointGeneration
 from localrag.backends.kv_store import KVStore
 from localrag.config import ChunkCacheConfig, GenerationConfig, GroundedConfig, ModelConfig, RasdConfig
@@ -222,6 +222,18 @@ class ModelHub:
         self._drafts.clear()
 
 
+@dataclass
+class ChunkReadiness:
+    """How many of a collection's chunks a new question would find in the chunk cache (``ready`` of
+    ``total``; ``stored``: computed by this warm), and whether the warm gave way (``stopped``)."""
+
+    total: int = 0
+    ready: int = 0
+    stored: int = 0
+    stopped: bool = False
+    note: str = ""
+
+
 class Answerer:
     """What every mode shares: the target, the indexes, the models beside the target, the search,
     the prompt and the check (the module docstring). ``indexes``: every collection's (an IndexSet),
@@ -367,6 +379,34 @@ class Answerer:
             self._identity = model_identity(backend)
         spans = chunk_spans(backend, tokens, [(h.chunk_id, source_text(h)) for h in hits])
         return ChunkReuse(self.kv_store(), spans, head=cfg.head, min_tokens=cfg.min_tokens, identity=self._identity)
+
+    def warm_chunks(self, hits: Sequence[Hit], stop: Callable[[], bool] = lambda: False,
+                    progress: Callable[[ChunkReadiness], None] | None = None) -> ChunkReadiness:
+        """Store the chunk-cache entries of ``hits`` not stored yet, in order, until ``stop()``: each
+        as a prompt listing it would read it (``warm_entry``: the same key and cells as a miss at
+        question time). A chunk too short to be cached (read exactly anyway) counts as ready."""
+        cfg, be = self.config.chunk_cache, self.engine.backend
+        ready = ChunkReadiness(total=len(hits))
+        if not self.can_reuse:
+            return replace(ready, note="the approximate prefill is not available with this model or engine")
+        if self._identity is None:
+            self._identity = model_identity(be)
+        for hit in hits:
+            if stop():
+                return replace(ready, stopped=True)
+            tokens = self.engine.chat_tokens(self.rag_messages("", [hit], []))
+            spans = chunk_spans(be, tokens, [(hit.chunk_id, source_text(hit))])
+            if not spans or spans[0].end - spans[0].start < cfg.head + cfg.min_tokens:
+                ready.ready += 1
+            else:
+                done = warm_entry(be, self.kv_store(), self._identity, tokens, spans[0], cfg.head, stop)
+                if done == "stopped":
+                    return replace(ready, stopped=True)
+                ready.ready += done in ("cached", "stored")
+                ready.stored += done == "stored"
+            if progress is not None:
+                progress(replace(ready))
+        return ready
 
     # ------------------------------------------------------------ the judge
     def probe(self) -> Probe | None:

@@ -98,6 +98,12 @@ def main(argv: list[str] | None = None) -> int:
         # answer, so that no one's first Speedup answer waits for it
         for note in services.warm_up():
             print(f"[localrag] {note}", flush=True)
+        try:  # the chunk caches of documents added while the app was down (if the user reads with reuse)
+            n = services.warm_cached_collections()
+            if n:
+                print(f"[localrag] warming the chunk cache of {n} collection(s) while the model is idle", flush=True)
+        except Exception as exc:
+            print(f"[localrag] the chunk cache is not warmed: {exc}", file=sys.stderr, flush=True)
 
     threading.Thread(target=warm, name="localrag-warm", daemon=True).start()
     _step(3, 4, "building the page …")

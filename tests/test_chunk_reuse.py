@@ -250,3 +250,137 @@ def test_speedup_is_plains_answer_under_the_reuse_prefill(answerer, smollm2_engi
         assert res.stats.generation.placed_prompt_tokens > K * 40
         results.setdefault(mode, []).append(res.text)
     assert results["speedup"][0] == results["plain"][0] == results["plain"][1]
+
+
+class VocabOnly:
+    """The part of a backend ``chunk_spans`` reads (tokens' bytes), over a model's vocabulary alone."""
+
+    def __init__(self, path: str) -> None:
+        import llama_cpp
+
+        self.llm = llama_cpp.Llama(model_path=path, vocab_only=True, verbose=False)
+
+    def tokenize(self, text: str) -> list[int]:
+        return self.llm.tokenize(text.encode(), add_bos=False, special=True)
+
+    def token_bytes(self, token: int, special: bool = False) -> bytes:
+        return self.llm.detokenize([token], special=special)
+
+
+@pytest.mark.parametrize("model", ["qwen2.5-coder-1.5b-instruct", "smollm2-135m-instruct"])
+def test_a_chunk_has_the_same_span_tokens_wherever_it_is_listed(model):
+    """The key of a chunk's entry holds its span's tokens, so they must not depend on what follows
+    the chunk: Qwen's pre-tokenizer joins the final "." with the "\\n\\n" before the next source, but
+    not with the end of the system turn. A chunk warmed alone (``warm_chunks``) and the same chunk
+    first, in the middle or last of a question's sources must have one key."""
+    from localrag.backends.chunk_reuse import chunk_spans
+    from localrag.models import resolve
+
+    vocab = VocabOnly(str(resolve(model).path))
+    a, b = "(lighthouse.md) It was built in 1871.", "(bakery.txt) It opens at six."
+    layouts = {"alone": [a], "first": [a, b], "last": [b, a]}
+    seen = {}
+    for name, chunks in layouts.items():
+        text = "<|im_start|>system\nAnswer.\n\nSources:\n" + "\n\n".join(
+            f"[{i}] {c}" for i, c in enumerate(chunks, 1)) + "<|im_end|>\n<|im_start|>user\nq<|im_end|>\n"
+        tokens = vocab.tokenize(text)
+        spans = {s.chunk_id: tokens[s.start:s.end] for s in chunk_spans(vocab, tokens, [(c, c) for c in chunks])}
+        seen[name] = spans[a]
+    assert seen["alone"] == seen["first"] == seen["last"] and len(seen["alone"]) > 5
+
+
+@pytest.mark.slow
+def test_a_warmed_collection_answers_a_new_question_from_the_cache_alone(answerer, smollm2_engine, index, tmp_path):
+    """``warm_chunks`` stores the entries a question's prompt will look up: the same keys and the
+    same cells as misses computed at question time (the same logits), newest documents first; a
+    second warm finds them all; and a warm leaves a conversation's cached prompt in place."""
+    be = smollm2_engine.backend
+    hits = index.live_hits()
+    assert sorted(h.file.rsplit("/", 1)[-1] for h in hits) == sorted(DOCS)
+    asked = read(answerer, Q2, reuse=False)  # an exact conversation in the KV cache
+    kept = list(be.tokens)
+    done = answerer.warm_chunks(hits)
+    assert (done.total, done.ready, done.stored, done.stopped) == (len(DOCS), len(DOCS), len(DOCS), False)
+    assert be.tokens == kept and not be.placed  # the conversation's cache survives: its follow-up reads no more
+    again = read(answerer, Q2, reuse=False)
+    assert again.stats.reused_prompt_tokens == len(asked.prompt_tokens) - 1
+    assert answerer.warm_chunks(hits).stored == 0
+    be.reset()
+    warm = read(answerer, Q1)
+    assert warm.reuse.stats.hits == K and warm.reuse.stats.misses == 0
+    cold_answerer = Answerer(smollm2_engine, index, config=AnswerConfig(
+        chunk_cache=ChunkCacheConfig(folder=tmp_path / "cold")))
+    be.reset()
+    cold = read(cold_answerer, Q1)
+    assert cold.reuse.stats.misses == K and (cold._logits == warm._logits).all()
+
+
+@pytest.mark.slow
+def test_a_warm_gives_way_at_once_and_goes_on_later(answerer, smollm2_engine, index):
+    """``stop()`` is asked between pieces of a chunk: a warm stopped inside a chunk stores nothing
+    of it (no half entry), and the next warm does what is left."""
+    hits = index.live_hits()
+    store, asks = answerer.kv_store(), [0]
+
+    def stop_inside_the_second_chunk():  # asked before each chunk, then before each of its pieces
+        asks[0] += bool(store.entries())
+        return asks[0] >= 2
+
+    first = answerer.warm_chunks(hits, stop_inside_the_second_chunk)
+    assert first.stopped and first.ready == first.stored == 1  # the first chunk, then a stop in the second
+    assert len(answerer.kv_store().entries()) == 1
+    rest = answerer.warm_chunks(hits)
+    assert not rest.stopped and rest.ready == len(DOCS) and rest.stored == len(DOCS) - 1
+
+
+def wait_for(check, what: str, seconds: float = 120.0):
+    import time
+
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        got = check()
+        if got:
+            return got
+        time.sleep(0.2)
+    raise AssertionError(f"{what}: not within {seconds:.0f} s")
+
+
+@pytest.mark.slow
+def test_the_app_warms_a_collection_read_with_reuse_and_its_new_documents(smollm2_engine, tmp_path):
+    """The page's "Reuse chunks" setting: after its first answer, the collection's other chunks are
+    warmed in the background once the model is idle, and the Documents tab counts them; a document
+    added later is warmed too."""
+    from localrag.app.config import AppConfig
+    from localrag.app.services import Services
+    from localrag.ui.documents import DocsController
+    from localrag.ui.handlers import ChatController
+    from localrag.ui.settings import Settings
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for name, text in DOCS.items():
+        (docs / name).write_text(text + "\n")
+    services = Services(AppConfig(data_dir=tmp_path / "data", index=IndexConfig(index_dir=tmp_path / "index"),
+                                  answer=AnswerConfig(chunk_cache=ChunkCacheConfig(folder=tmp_path / "kv"))),
+                        engine=smollm2_engine)
+    smollm2_engine.backend.reset()
+    panel = DocsController(services)
+    try:
+        assert services.index("default").ingest([docs]).added == len(DOCS)
+        assert panel.cache_note("default") == ""  # never read with reuse: nothing warmed, nothing said
+        final = list(ChatController(services).respond(None, Q1, Settings(k=1, max_tokens=8, prefill="reuse")))[-1]
+        said = str(final.messages[-1])
+        assert "from the chunk cache (approximate)" in said and "computed into it" in said, said
+        wait_for(lambda: (r := services.chunk_readiness("default")) and r.ready == r.total == len(DOCS)
+                 and not r.stopped, "the collection's chunks warmed after the reuse answer")
+        assert panel.cache_note("default") == f"⚡ Ready for fast answers (reuse prefill): {len(DOCS)} of {len(DOCS)} chunks"
+        assert len(services.answerer.kv_store().entries()) == len(DOCS)
+        extra = tmp_path / "ferry.md"
+        extra.write_text("The Kestrel ferry leaves the north pier at seven and at noon, and crosses to the "
+                         "island in forty minutes; bicycles travel free, and dogs must be kept on a lead.\n")
+        assert list(panel.ingest([str(extra)], "default"))[-1].summary.startswith("✅ Done: 1 added")
+        wait_for(lambda: (r := services.chunk_readiness("default")) and r.ready == r.total == len(DOCS) + 1,
+                 "the added document's chunk warmed")
+        assert len(services.answerer.kv_store().entries()) == len(DOCS) + 1
+    finally:
+        services.close()

@@ -170,6 +170,7 @@ def answer_chat(services: Services, req: ChatRequest, mode: AnswerMode, ticket: 
     if not services.answerer.remote and not services.engine.backend.deterministic:
         services.engine.backend.truncate(0)
     request = _request(services, req, mode, ticket)
+    services.note_prefill(request)
     if request.documents:
         services.ensure_embedder()
     held = request.documents and mode.policy(request) == "refuse"  # a refusal replaces the text: sent after the check

@@ -107,7 +107,10 @@ def entry_key(identity: str, prefix_sha: str, span: ChunkSpan, span_sha: str, he
 
 def chunk_spans(backend: Backend, tokens: Sequence[int], chunks: Sequence[tuple[str, str]]) -> list[ChunkSpan]:
     """Where each chunk's text ((chunk id, text), in prompt order) lies in the prompt's tokens: the
-    tokens wholly inside it (with the space before it, which starts its first token). A chunk not
+    tokens wholly inside it (with the space before it, which starts its first token) that end before
+    its last byte. Whether the token holding the last byte ends there depends on what follows (Qwen's
+    pre-tokenizer joins ".\n\n" of a chunk followed by another, not "." before the system turn's
+    end), so it is left out: a chunk has the same span tokens wherever it is listed. A chunk not
     found, or found in no whole token, has no span (it is read exactly)."""
     offsets, data = [0], bytearray()
     for t in tokens:
@@ -124,7 +127,7 @@ def chunk_spans(backend: Backend, tokens: Sequence[int], chunks: Sequence[tuple[
         if at > 0 and data[at - 1:at] == b" ":
             at -= 1
         i = bisect.bisect_left(offsets, at, lo=tok_at)
-        j = bisect.bisect_right(offsets, end, lo=i) - 1  # tokens i..j-1 end at offsets[j] <= end
+        j = bisect.bisect_right(offsets, end - 1, lo=i) - 1  # tokens i..j-1 end at offsets[j] < end
         if j > i:
             spans.append(ChunkSpan(i, j, chunk_id, sha(text)))
             tok_at = j
@@ -193,7 +196,7 @@ class ChunkReuse:
             key = entry_key(self.identity, prefix_sha, s, tokens_sha(prompt[s.start:s.end]), self.head)
             blob = self.store.get(key) if self.store is not None else None
             if blob is None:
-                blob = self._compute(be, prompt[s.start:s.end], prefix)
+                blob = compute_entry(be, prompt[s.start:s.end], prefix, self.head)
                 if blob is None:  # no room in the context for the scratch cells: read it exactly
                     continue
                 self.stats.misses += 1
@@ -209,22 +212,6 @@ class ChunkReuse:
             yield pos - start, total
         yield from exact(len(prompt))
 
-    def _compute(self, be, tokens: Sequence[int], prefix: int) -> bytes | None:
-        """The chunk's cells from H on, computed after the prefix's cells (positions prefix.. on)."""
-        if be.n_past + getattr(be, "n_pinned", 0) + len(tokens) > be.n_ctx:
-            return None
-        be.seq_rm(SCRATCH, -1, -1)
-        be.seq_cp(0, SCRATCH, 0, prefix)
-        try:
-            for a in range(0, len(tokens), be.n_batch):
-                piece = tokens[a:a + be.n_batch]
-                be.decode_batch(piece, [prefix + a + i for i in range(len(piece))], [SCRATCH] * len(piece),
-                                [False] * len(piece))
-            be.seq_rm(SCRATCH, 0, prefix + self.head)
-            return be.seq_state(SCRATCH)
-        finally:
-            be.seq_rm(SCRATCH, -1, -1)
-
     def _place(self, be, blob: bytes, tokens: Sequence[int], delta: int) -> None:
         """Load the saved cells after the committed context, at positions n_past.. (moved by ``delta``)."""
         if be.n_past + getattr(be, "n_pinned", 0) + len(tokens) > be.n_ctx:
@@ -237,3 +224,52 @@ class ChunkReuse:
             be.seq_rm(SCRATCH, -1, -1)
             raise RuntimeError("a cached chunk's KV did not land at its positions")
         be.adopt(SCRATCH, tokens)
+
+
+def compute_entry(be, tokens: Sequence[int], prefix: int, head: int, stop=None, piece: int = 32) -> bytes | None:
+    """A chunk's cells from ``head`` on, computed in the scratch sequence after the first ``prefix``
+    cells of sequence 0 (shared, not recomputed), at positions prefix.. on; sequence 0 is left as it
+    was. None when the context has no room for them, or when ``stop()`` turns true between pieces of
+    ``piece`` tokens (a background warm gives way at once to a question)."""
+    if be.n_past + getattr(be, "n_pinned", 0) + len(tokens) > be.n_ctx:
+        return None
+    step = be.n_batch if stop is None else min(piece, be.n_batch)
+    be.seq_rm(SCRATCH, -1, -1)
+    be.seq_cp(0, SCRATCH, 0, prefix)
+    try:
+        for a in range(0, len(tokens), step):
+            if stop is not None and stop():
+                return None
+            part = tokens[a:a + step]
+            be.decode_batch(part, [prefix + a + i for i in range(len(part))], [SCRATCH] * len(part),
+                            [False] * len(part))
+        be.seq_rm(SCRATCH, 0, prefix + head)
+        return be.seq_state(SCRATCH)
+    finally:
+        be.seq_rm(SCRATCH, -1, -1)
+
+
+def warm_entry(be, store: KVStore, identity: str, prompt: Sequence[int], span: ChunkSpan, head: int,
+               stop=None) -> str:
+    """Store the entry a prompt listing this chunk would read: ``prompt`` lists it first (``span``),
+    so its prefix is every RAG prompt's P. Sequence 0 keeps its context when it already starts
+    with P (the conversation's cache survives the warm); else it is cut back and P is read there.
+    Returns "cached" (there already), "stored", "stopped" (``stop()``) or "no room"."""
+    prefix = span.start
+    key = entry_key(identity, tokens_sha(prompt[:prefix]), span, tokens_sha(prompt[span.start:span.end]), head)
+    if store.has(key):
+        return "cached"
+    have = be.tokens
+    common = 0
+    while common < min(len(have), prefix) and have[common] == prompt[common]:
+        common += 1
+    common = kept_prefix(be.placed, [], common)
+    if common < prefix:
+        be.truncate(common)
+        be.prefill(prompt[common:prefix])
+    blob = compute_entry(be, prompt[span.start:span.end], prefix, head, stop)
+    if blob is None:
+        return "stopped" if stop is not None and stop() else "no room"
+    with contextlib.suppress(OSError):
+        store.put(key, blob)
+    return "stored"

@@ -67,6 +67,10 @@ class KVStore:
     def path(self, key: str) -> Path:
         return self.folder / (self.key_digest(key).hex()[:40] + SUFFIX)
 
+    def has(self, key: str) -> bool:
+        """Whether an entry is stored under ``key`` (not read: ``get`` checks it)."""
+        return self.path(key).is_file()
+
     def get(self, key: str) -> bytes | None:
         path = self.path(key)
         try:

@@ -414,27 +414,30 @@ class DocumentIndex:
             for cid, doc, meta in zip(got["ids"], got["documents"], got["metadatas"], strict=True)
         }
         live = self.manifest.live_versions(self.config.collection, self.space)
-        hits = []
-        for cid, score in fused:
-            if cid not in by_id:
-                continue
-            doc, meta = by_id[cid]
-            hits.append(
-                Hit(
-                    chunk_id=cid,
-                    text=doc,
-                    file=live.get(meta["ver"], meta["file"]),
-                    page=meta.get("page"),
-                    line_start=meta.get("line_start"),
-                    line_end=meta.get("line_end"),
-                    heading_path=tuple(json.loads(meta.get("heading_path", "[]"))),
-                    ocr=bool(meta.get("ocr", False)),
-                    dense_score=dense.get(cid),
-                    bm25_score=lexical.get(cid),
-                    fused_score=score,
-                )
-            )
-        return hits
+        return [_hit(cid, *by_id[cid], live, dense.get(cid), lexical.get(cid), score)
+                for cid, score in fused if cid in by_id]
+
+    def live_hits(self) -> list[Hit]:
+        """Every live chunk as a Hit (no scores), the most recently indexed document's first, each
+        document's in order: what a background warm of the chunk cache goes through."""
+        coll = self.config.collection
+        live = self.manifest.live_versions(coll, self.space)
+        when = {r.path: r.indexed_at for r in self.manifest.files(coll)}
+        hits: list[Hit] = []
+        with self.store.session():
+            col = self._collection(self.space, create=False)
+            offset = 0
+            while col is not None and live:
+                page = col.get(include=["documents", "metadatas"], limit=READ_PAGE, offset=offset)
+                if not page["ids"]:
+                    break
+                hits += [_hit(cid, doc, meta, live) for cid, doc, meta
+                         in zip(page["ids"], page["documents"], page["metadatas"], strict=True)
+                         if meta is not None and meta.get("ver") in live]
+                offset += len(page["ids"])
+        order = {h.chunk_id: i for i, h in enumerate(hits)}
+        return sorted(hits, key=lambda h: (-when.get(h.file, 0.0), h.file, h.line_start or 0, h.page or 0,
+                                           order[h.chunk_id]))
 
     def vectors(self, chunk_ids: Sequence[str]) -> np.ndarray:
         """(n, dim) stored embeddings of these chunks, in order (read back, not recomputed)."""
@@ -497,3 +500,20 @@ class DocumentIndex:
     def close(self) -> None:
         self.manifest.close()
         self.store.close()
+
+
+def _hit(cid: str, doc: str, meta: dict, live: dict[str, str], dense: float | None = None,
+         lexical: float | None = None, fused: float = 0.0) -> Hit:
+    return Hit(
+        chunk_id=cid,
+        text=doc,
+        file=live.get(meta["ver"], meta["file"]),
+        page=meta.get("page"),
+        line_start=meta.get("line_start"),
+        line_end=meta.get("line_end"),
+        heading_path=tuple(json.loads(meta.get("heading_path", "[]"))),
+        ocr=bool(meta.get("ocr", False)),
+        dense_score=dense,
+        bm25_score=lexical,
+        fused_score=fused,
+    )

@@ -93,6 +93,22 @@ class DocsController:
         except Exception:
             return [Settings().collection]
 
+    def cache_note(self, collection: str) -> str:
+        """How many of the collection's chunks a new question finds in the chunk cache (the
+        approximate prefill's), once it has been counted; '' before."""
+        r = self.s.chunk_readiness(collection)
+        if r is None:
+            return ""
+        if r.note:
+            return f"⚡ Chunk cache: {r.note}"
+        return f"⚡ Ready for fast answers (reuse prefill): {r.ready} of {r.total} chunks"
+
+    def prefill_changed(self, prefill: str, collection: str) -> str:
+        """The page's prefill switched: to reuse, the collection's chunk caches start warming."""
+        if prefill == "reuse":
+            self.s.warm_chunk_cache(collection)
+        return self.cache_note(collection)
+
     def check_collection(self, name: str) -> str:
         """'' when usable, else why not (names are letters, digits, '-' and '_')."""
         return collection_error((name or "").strip())
@@ -107,6 +123,8 @@ class DocsController:
         target = Path(path)
         if target.is_file() and str(target.resolve()).startswith(str(self.s.uploads_dir.resolve())):
             target.unlink()  # our own staged copy; never the user's files elsewhere
+        if n:
+            self.s.documents_changed(collection)
         return f"Removed {display_path(path, self.s.uploads_dir)}." if n else f"{Path(path).name} was not indexed."
 
     def ingest(self, uploads: Sequence[str] | None, collection: str,
@@ -198,6 +216,8 @@ class DocsController:
             yield DocsView(list(rows.values()), f"❌ Ingest failed: {result['error']}", True, resumable, collection)
             return
         r = result["report"]
+        if r.added or r.replaced:
+            self.s.documents_changed(collection)
         parts = [f"{r.added} added", f"{r.skipped} skipped (unchanged)", f"{r.replaced} replaced",
                  f"{len(r.failed)} failed", f"{r.chunks} chunks", f"{r.seconds:.1f} s"]
         if r.stopped:

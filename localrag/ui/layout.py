@@ -26,6 +26,11 @@ from localrag.ui.settings import DRAFT_AUTO, MODE_DEFAULT, NO_DRAFT, Settings
 from localrag.ui.sources import SourceController, SourceView
 
 K_MIN, K_MAX = 1, 20  # the retrieval k slider's range
+PREFILL_CHOICES = [("Exact: every prompt token read", "exact"),
+                   ("Reuse chunks (approximate): a faster first word; the answer may differ", "reuse")]
+PREFILL_INFO = ("Reuse takes each retrieved chunk's keys and values from a cache on disk, warmed in the "
+                "background, and reads only the head of each chunk and your question again. Approximate: "
+                "its loss against exact reading is not measured yet.")
 WATCH_REFRESH_S = 2.0  # how often the page shows the watched folders' states
 WATCH_HELP = ("A folder on this machine, by its path (the app runs here, so it reads the folder in place; a "
               "dropped folder is a copy). It is indexed now; then every file created, edited, renamed or deleted "
@@ -160,11 +165,11 @@ def build_app(services: Services) -> gr.Blocks:
     model_choices = conf.model_choices(usable)
     default = Settings()
 
-    def settings_of(mode, collection, draft, temperature, max_tokens, k, on_unsupported) -> Settings:
+    def settings_of(mode, collection, draft, temperature, max_tokens, k, on_unsupported, prefill) -> Settings:
         return Settings(mode=mode or default.mode, collection=(collection or default.collection).strip(),
                         draft_model=draft or DRAFT_AUTO, temperature=float(temperature or 0),
                         max_tokens=int(max_tokens or default.max_tokens), k=int(k or default.k),
-                        on_unsupported=on_unsupported or default.on_unsupported)
+                        on_unsupported=on_unsupported or default.on_unsupported, prefill=prefill or default.prefill)
 
     def plot_update(steps: list[int]):
         steps = plotted_steps(steps)
@@ -220,6 +225,7 @@ def build_app(services: Services) -> gr.Blocks:
                     folder = without_stray_files(gr.File(file_count="directory", label="…or a folder",
                                                          elem_id="upload-folder"))
                     ingest_summary = gr.Markdown(elem_id="ingest-summary")
+                    cache_note = gr.Markdown(elem_id="chunk-cache-note", elem_classes="small-note")
                     with gr.Row():
                         ingest_stop = gr.Button("⏹ Stop ingest", size="sm", visible=False, elem_id="ingest-stop")
                         ingest_resume = gr.Button("▶ Continue", size="sm", visible=False, elem_id="ingest-resume")
@@ -270,6 +276,8 @@ def build_app(services: Services) -> gr.Blocks:
                     on_unsupported = gr.Radio(choices=UNSUPPORTED_CHOICES, value=default.on_unsupported,
                                               label="When your documents do not support an answer",
                                               elem_id="on-unsupported")
+                    prefill = gr.Radio(choices=PREFILL_CHOICES, value=default.prefill, elem_id="prefill",
+                                       label="Reading the documents (Plain and Speedup)", info=PREFILL_INFO)
                     k = gr.Slider(K_MIN, K_MAX, value=default.k, step=1, label="Retrieval k (chunks)")
                     temperature = gr.Slider(0.0, 1.5, value=default.temperature, step=0.05,
                                             label="Temperature (0 = greedy)")
@@ -298,19 +306,19 @@ def build_app(services: Services) -> gr.Blocks:
                     source_body = gr.HTML(elem_id="source-body")
                     source_at = gr.State(None)  # the open source: (SourceKey, previous page, next page)
 
-        settings_inputs = [mode, collection, draft, temperature, max_tokens, k, on_unsupported]
+        settings_inputs = [mode, collection, draft, temperature, max_tokens, k, on_unsupported, prefill]
 
         # ---------------------------------------------------------------- chat
         # Each browser session is its own asker: its Stop cancels its own answers only.
-        def respond(cid, text, mode_, collection_, draft_, temperature_, max_tokens_, k_, unsupported_,
+        def respond(cid, text, mode_, collection_, draft_, temperature_, max_tokens_, k_, unsupported_, prefill_,
                     request: gr.Request):
-            settings = settings_of(mode_, collection_, draft_, temperature_, max_tokens_, k_, unsupported_)
+            settings = settings_of(mode_, collection_, draft_, temperature_, max_tokens_, k_, unsupported_, prefill_)
             for i, view in enumerate(chat.respond(cid, text, settings, owner=request.session_hash or "")):
                 yield (*chat_outputs(view, sidebar=i == 0 or not view.busy), "")
 
-        def regenerate(cid, mode_, collection_, draft_, temperature_, max_tokens_, k_, unsupported_,
+        def regenerate(cid, mode_, collection_, draft_, temperature_, max_tokens_, k_, unsupported_, prefill_,
                        request: gr.Request):
-            settings = settings_of(mode_, collection_, draft_, temperature_, max_tokens_, k_, unsupported_)
+            settings = settings_of(mode_, collection_, draft_, temperature_, max_tokens_, k_, unsupported_, prefill_)
             for i, view in enumerate(chat.regenerate(cid, settings, owner=request.session_hash or "")):
                 yield chat_outputs(view, sidebar=i == 0 or not view.busy)
 
@@ -425,20 +433,23 @@ def build_app(services: Services) -> gr.Blocks:
                           [watch_note, watch_list, unwatch_pick, *docs_outs])
 
         def tick(coll, seen):
-            """Watched folders' states every few seconds; the document list once a sync finished."""
+            """Watched folders' states and the chunk cache's count every few seconds; the document
+            list once a sync finished."""
             coll = (coll or DEFAULT_COLLECTION).strip()
             done = services.watch_syncs()
             if done == seen:
-                return docs.watched(coll), *[gr.skip()] * len(docs_outs), seen
+                return docs.watched(coll), *[gr.skip()] * len(docs_outs), seen, docs.cache_note(coll)
             listed, failed_rows, _, placeholder = refresh_docs(coll)
             return (docs.watched(coll), listed, failed_rows, gr.update(choices=docs.document_choices(coll)),
-                    placeholder, done)
+                    placeholder, done, docs.cache_note(coll))
 
-        watch_timer.tick(tick, [collection, syncs_seen], [watch_list, *docs_outs, syncs_seen],
+        watch_timer.tick(tick, [collection, syncs_seen], [watch_list, *docs_outs, syncs_seen, cache_note],
                          queue=False, show_progress="hidden")
 
         # ---------------------------------------------------------------- settings
         mode.change(conf.mode_note, [mode, draft], [mode_note])
+        prefill.change(lambda p, coll: docs.prefill_changed(p, (coll or DEFAULT_COLLECTION).strip()),
+                       [prefill, collection], [cache_note])
         draft.change(lambda d, m: (conf.draft_note(d), conf.mode_note(m, d)), [draft, mode], [draft_note, mode_note])
 
         def load_model(name, layers, m, d):

@@ -90,7 +90,14 @@ def stats_line(mode: str, stats: AnswerStats, extras: ModeExtras | None = None) 
         if gen.prompt_tokens:
             read = gen.prompt_tokens - gen.reused_prompt_tokens
             reused = f" ({gen.reused_prompt_tokens:,} more kept from before)" if gen.reused_prompt_tokens else ""
-            parts.append(f"prompt read: {read:,} tokens in {gen.prefill_seconds:.1f} s{reused}")
+            placed = gen.placed_prompt_tokens
+            if placed:  # the approximate prefill: these tokens' keys and values came from the chunk cache
+                stored = f", {gen.computed_prompt_tokens:,} computed into it" if gen.computed_prompt_tokens else ""
+                parts.append(f"prompt read: {read - placed:,} of {gen.prompt_tokens:,} tokens in "
+                             f"{gen.prefill_seconds:.1f} s, {placed:,} from the chunk cache (approximate){stored}"
+                             f"{reused}")
+            else:
+                parts.append(f"prompt read: {read:,} tokens in {gen.prefill_seconds:.1f} s{reused}")
         parts.append(f"writing: {gen.generated_tokens} tokens in {gen.decode_seconds:.1f} s, {gen.decode_tps:.1f} tok/s")
         if decoder is not None:
             parts.append(f"{decoder.mean_accepted:.2f} accepted tokens/step")

@@ -28,10 +28,12 @@ class Settings:
     max_tokens: int = 256
     k: int = 5
     on_unsupported: str = MODE_DEFAULT  # warn | refuse | the mode's default (warn; Grounded: refuse)
+    prefill: str = "exact"  # exact | reuse (approximate: chunks' keys and values from the chunk cache)
 
     def option_values(self) -> dict[str, object]:
         """The values a mode's options are made from (each mode takes the names it has)."""
-        values: dict[str, object] = {"k": int(self.k), "draft": self.draft_model or DRAFT_AUTO}
+        values: dict[str, object] = {"k": int(self.k), "draft": self.draft_model or DRAFT_AUTO,
+                                     "prefill": self.prefill or "exact"}
         if self.on_unsupported != MODE_DEFAULT:
             values["on_unsupported"] = self.on_unsupported
         return values
