@@ -225,13 +225,20 @@ class ModelHub:
 @dataclass
 class ChunkReadiness:
     """How many of a collection's chunks a new question would find in the chunk cache (``ready`` of
-    ``total``; ``stored``: computed by this warm), and whether the warm gave way (``stopped``)."""
+    ``total``; ``stored``: computed by this warm), and whether the warm gave way (``stopped``) or
+    reached the cache's cap (``full``)."""
 
     total: int = 0
     ready: int = 0
     stored: int = 0
     stopped: bool = False
+    full: bool = False  # the cache's cap was reached: the rest are read at question time
     note: str = ""
+
+    @property
+    def done(self) -> bool:
+        """Nothing more to warm until the documents or the cache change."""
+        return not self.stopped and (self.full or self.ready >= self.total)
 
 
 class Answerer:
@@ -382,15 +389,19 @@ class Answerer:
 
     def warm_chunks(self, hits: Sequence[Hit], stop: Callable[[], bool] = lambda: False,
                     progress: Callable[[ChunkReadiness], None] | None = None) -> ChunkReadiness:
-        """Store the chunk-cache entries of ``hits`` not stored yet, in order, until ``stop()``: each
-        as a prompt listing it would read it (``warm_entry``: the same key and cells as a miss at
-        question time). A chunk too short to be cached (read exactly anyway) counts as ready."""
+        """Store the chunk-cache entries of ``hits`` not stored yet, in order, until ``stop()`` or
+        until the next one would not fit under the cache's cap without evicting (``full``: a warm
+        never pushes out what questions used). Each is stored as a prompt listing it would read it
+        (``warm_entry``: the same key and cells as a miss at question time). A chunk too short to be
+        cached (read exactly anyway) counts as ready."""
         cfg, be = self.config.chunk_cache, self.engine.backend
         ready = ChunkReadiness(total=len(hits))
         if not self.can_reuse:
             return replace(ready, note="the approximate prefill is not available with this model or engine")
         if self._identity is None:
             self._identity = model_identity(be)
+        store = self.kv_store()
+        used, last = store.size(), 0
         for hit in hits:
             if stop():
                 return replace(ready, stopped=True)
@@ -399,11 +410,14 @@ class Answerer:
             if not spans or spans[0].end - spans[0].start < cfg.head + cfg.min_tokens:
                 ready.ready += 1
             else:
-                done = warm_entry(be, self.kv_store(), self._identity, tokens, spans[0], cfg.head, stop)
+                if used + last > store.max_bytes:
+                    return replace(ready, full=True)
+                done, size = warm_entry(be, store, self._identity, tokens, spans[0], cfg.head, stop)
                 if done == "stopped":
                     return replace(ready, stopped=True)
                 ready.ready += done in ("cached", "stored")
                 ready.stored += done == "stored"
+                used, last = used + size, max(last, size)
             if progress is not None:
                 progress(replace(ready))
         return ready

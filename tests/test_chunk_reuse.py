@@ -384,3 +384,17 @@ def test_the_app_warms_a_collection_read_with_reuse_and_its_new_documents(smollm
         assert len(services.answerer.kv_store().entries()) == len(DOCS) + 1
     finally:
         services.close()
+
+
+@pytest.mark.slow
+def test_a_warm_stops_at_the_caps_room_and_never_evicts(smollm2_engine, index, tmp_path):
+    """A warm fills the cache up to its cap and stops there (``full``): it never evicts entries that
+    questions used for chunks nobody asked about."""
+    probe = Answerer(smollm2_engine, index, config=AnswerConfig(chunk_cache=ChunkCacheConfig(folder=tmp_path / "a")))
+    probe.warm_chunks(index.live_hits()[:1])
+    one = probe.kv_store().size()
+    answerer = Answerer(smollm2_engine, index, config=AnswerConfig(
+        chunk_cache=ChunkCacheConfig(folder=tmp_path / "b", max_bytes=int(2.5 * one))))
+    done = answerer.warm_chunks(index.live_hits())
+    assert done.full and done.done and done.stored == 2 and done.ready == 2 < done.total
+    assert answerer.kv_store().stats.evictions == 0 and len(answerer.kv_store().entries()) == 2

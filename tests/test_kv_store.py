@@ -107,3 +107,30 @@ def test_clear_deletes_every_entry(tmp_path):
 def test_a_negative_cap_is_refused(tmp_path):
     with pytest.raises(ValueError, match="size cap"):
         KVStore(tmp_path, max_bytes=-1)
+
+
+def test_the_hit_rate_counts_every_store_on_the_folder_and_the_cache_command_reports_it(tmp_path):
+    """Lookups are counted on disk, so ``localrag cache`` reports the hit rate of every process that
+    used the cache since it was last cleared, with the disk each chunk takes; ``--clear`` resets both."""
+    import json
+
+    folder = tmp_path / "cache" / "chunk-kv"
+    one, two = KVStore(folder, max_bytes=1 << 20), KVStore(folder, max_bytes=1 << 20)
+    one.put("a", b"a" * 1000)
+    two.put("b", b"b" * 3000)
+    assert one.get("a") and two.get("a") and two.get("b") and one.get("c") is None
+    assert one.lookups() == two.lookups() == (3, 1)
+    env = {**os.environ, "LOCALRAG_CACHE_DIR": str(tmp_path / "cache"), "HF_HUB_OFFLINE": "1"}
+
+    def cache(*args):
+        done = subprocess.run([sys.executable, "-m", "localrag", "cache", *args], capture_output=True, text=True,
+                              env=env, cwd=ROOT, timeout=120)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    got = json.loads(cache("--json"))
+    assert (got["entries"], got["hits"], got["misses"], got["hit_rate"]) == (2, 3, 1, 0.75)
+    assert got["bytes_per_entry"] == (2 * _HEAD + 4000) // 2
+    assert "hit rate since last cleared: 75% of 4 lookups" in cache()
+    cache("--clear")
+    assert json.loads(cache("--json"))["hits"] == 0 and one.lookups() == (0, 0) and not one.entries()

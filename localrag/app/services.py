@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from localrag.answer import Answerer, ChunkReadiness, ModelHub
+from localrag.app.chunk_warm import ChunkWarmer
 from localrag.app.config import AppConfig
 from localrag.app.history import ChatStore
 from localrag.app.serving import Cancelled, GenerationQueue, GenerationThread, QueueFull
@@ -43,7 +44,6 @@ from localrag.results import AnswerProgress, AnswerResult
 DEFAULT_COLLECTION = "default"
 CLOSE_WAIT_S = 1.5  # how long close() waits for the answer under way to end (it ends at its next token)
 WARM_UP = "localrag:warm-up"
-CHUNK_WARM = "localrag:chunk-warm"  # the queue owner of the chunk cache's background warm
 WARM_UP_IDLE_S = 5.0  # a warm-up that gave way to an answer starts again after this long without one  # the queue owner of the modes' one-time work at start (warm_up)
 LOAD_ERRORS = (ModelError, OSError, RuntimeError, ValueError)  # a model that fails to load says why
 # (EndpointError is a RuntimeError: a serving engine that is down or serves another model says why too)
@@ -93,11 +93,8 @@ class Services:
         self._watcher_lock = threading.Lock()
         self._closing = threading.Event()  # close() was called: the warm-up gives up
         self.index_health = ""  # check_index's warning ('' while the index is healthy or unchecked)
-        self._warm_lock = threading.Lock()
-        self._warm_wanted: dict[str, None] = {}  # collections whose chunk caches wait to be warmed, in order
-        self._warm_thread: threading.Thread | None = None
-        self._readiness: dict[str, ChunkReadiness] = {}  # the last warm's count, by collection
-        self._reuse_collections: set[str] = set()  # collections asked with the approximate prefill
+        self.warmer = ChunkWarmer(lambda: self.answerer, self.index, self.queue, self.generation, self._closing,
+                                  self._wait_idle, self._someone_waits)
         self._set_engine(engine)
 
     # ------------------------------------------------------------ models
@@ -235,38 +232,24 @@ class Services:
 
     def stream(self, mode: str, request: AnswerRequest) -> Iterator[str | AnswerProgress | AnswerResult]:
         """The mode's answer, computed on the generation thread (the caller holds the queue's turn).
-        An answer with the approximate prefill has the rest of its collection's chunk caches warmed
-        once the model is idle (``warm_chunk_cache``)."""
+        An answer with the approximate prefill has its collection's chunks warmed (``note_prefill``)."""
         self.note_prefill(request)
         return self.generation.iterate(self.mode(mode).stream(self.answerer, request))
 
     def note_prefill(self, request: AnswerRequest) -> None:
-        """A request with the approximate prefill makes its collection one read with reuse (warmed)."""
+        """A request with the approximate prefill makes its collection one read with reuse: its
+        chunks are warmed in the background (``localrag.app.chunk_warm``)."""
         if request.documents and getattr(request.options, "prefill", "exact") == "reuse":
-            self.warm_chunk_cache(request.collection)
+            self.warmer.asked(request.collection or DEFAULT_COLLECTION)
 
     # ------------------------------------------------------------ the chunk cache's warm
     def warm_chunk_cache(self, collection: str | None) -> None:
-        """Compute the chunk-cache entries of ``collection``'s chunks (the approximate prefill's,
-        ``prefill="reuse"``) in the background: on one thread, once nobody has used or waited for
-        the model for WARM_UP_IDLE_S, in line like an answer, newest documents first, giving way
-        between pieces of 32 tokens to any question that comes (and going on when idle again). The
-        collection is then one the user reads with reuse: documents added to it later are warmed too
-        (``documents_changed``)."""
-        name = collection or DEFAULT_COLLECTION
-        with self._warm_lock:
-            self._reuse_collections.add(name)
-            self._warm_wanted[name] = None
-            if self._warm_thread is None and not self._closing.is_set():
-                self._warm_thread = threading.Thread(target=self._warm_loop, name="localrag-chunk-warm", daemon=True)
-                self._warm_thread.start()
+        """Warm ``collection``'s chunk-cache entries in the background (the page's switch turned to reuse)."""
+        self.warmer.want(collection or DEFAULT_COLLECTION)
 
     def documents_changed(self, collection: str | None) -> None:
         """Documents were added to (or removed from) ``collection``: warmed again if it is read with reuse."""
-        name = collection or DEFAULT_COLLECTION
-        self._readiness.pop(name, None)
-        if name in self._reuse_collections:
-            self.warm_chunk_cache(name)
+        self.warmer.documents_changed(collection or DEFAULT_COLLECTION)
 
     def warm_cached_collections(self) -> int:
         """At start: when the chunk cache holds entries (the user reads with reuse), warm every
@@ -275,50 +258,13 @@ class Services:
             return 0
         names = self.collections()
         for name in names:
-            self.warm_chunk_cache(name)
+            self.warmer.want(name)
         return len(names)
 
     def chunk_readiness(self, collection: str | None) -> ChunkReadiness | None:
         """The last count of ``collection``'s chunks in the chunk cache (None: not counted since its
         documents last changed, or never read with reuse)."""
-        return self._readiness.get(collection or DEFAULT_COLLECTION)
-
-    def _warm_loop(self) -> None:
-        while True:
-            with self._warm_lock:
-                if not self._warm_wanted or self._closing.is_set():
-                    self._warm_thread = None
-                    return
-                name = next(iter(self._warm_wanted))
-                del self._warm_wanted[name]
-            try:
-                self._warm(name)
-            except Exception as exc:  # a warm is an optimisation: the answers read what is missing
-                self._readiness[name] = ChunkReadiness(note=f"not warmed ({type(exc).__name__}: {exc})")
-
-    def _warm(self, name: str) -> None:
-        while not self._closing.is_set():
-            self._wait_idle()
-            if self._closing.is_set() or self.answerer is None or not self.answerer.can_reuse:
-                return
-            hits = self.index(name).live_hits()
-
-            def seen(r: ChunkReadiness) -> None:
-                self._readiness[name] = r
-
-            try:
-                with self.queue.turn(CHUNK_WARM):
-                    answerer = self.answerer
-                    if answerer is None:
-                        return
-                    done = self.generation.call(lambda a=answerer, h=hits: a.warm_chunks(h, self._someone_waits, seen))
-            except QueueFull:  # busy people: try again when they are done
-                continue
-            except Cancelled:
-                return
-            self._readiness[name] = done
-            if not done.stopped:
-                return
+        return self.warmer.readiness(collection or DEFAULT_COLLECTION)
 
     # ------------------------------------------------------------ documents
     def index(self, collection: str | None) -> DocumentIndex:

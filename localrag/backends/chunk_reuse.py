@@ -250,15 +250,15 @@ def compute_entry(be, tokens: Sequence[int], prefix: int, head: int, stop=None, 
 
 
 def warm_entry(be, store: KVStore, identity: str, prompt: Sequence[int], span: ChunkSpan, head: int,
-               stop=None) -> str:
+               stop=None) -> tuple[str, int]:
     """Store the entry a prompt listing this chunk would read: ``prompt`` lists it first (``span``),
     so its prefix is every RAG prompt's P. Sequence 0 keeps its context when it already starts
     with P (the conversation's cache survives the warm); else it is cut back and P is read there.
-    Returns "cached" (there already), "stored", "stopped" (``stop()``) or "no room"."""
+    Returns "cached" (there already), "stored", "stopped" (``stop()``) or "no room", and the bytes stored."""
     prefix = span.start
     key = entry_key(identity, tokens_sha(prompt[:prefix]), span, tokens_sha(prompt[span.start:span.end]), head)
     if store.has(key):
-        return "cached"
+        return "cached", 0
     have = be.tokens
     common = 0
     while common < min(len(have), prefix) and have[common] == prompt[common]:
@@ -269,7 +269,8 @@ def warm_entry(be, store: KVStore, identity: str, prompt: Sequence[int], span: C
         be.prefill(prompt[common:prefix])
     blob = compute_entry(be, prompt[span.start:span.end], prefix, head, stop)
     if blob is None:
-        return "stopped" if stop is not None and stop() else "no room"
+        return ("stopped" if stop is not None and stop() else "no room"), 0
     with contextlib.suppress(OSError):
-        store.put(key, blob)
-    return "stored"
+        if store.put(key, blob):
+            return "stored", len(blob)
+    return "no room", 0

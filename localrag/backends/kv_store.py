@@ -10,7 +10,9 @@ Writes go to a temporary file in the same folder, are fsynced, then renamed over
 (atomic on POSIX): a process killed mid-write leaves a ``.tmp-*`` file that is never read (and is
 removed by the next store opened on the folder once it is an hour old). A file that does not check
 out (truncated, another key, corrupted) is a miss and is deleted. Recency is the file's mtime,
-touched on every hit.
+touched on every hit. Every lookup (``get``) appends one byte to ``lookups.log`` (h: a hit, m: a
+miss; appends of one byte from several processes do not interleave), so ``lookups`` gives the hit
+rate since the cache was last cleared.
 
     store = KVStore(Path("~/.cache/localrag/chunk-kv").expanduser(), max_bytes=2 << 30)
     store.put("key", b"...")
@@ -30,6 +32,7 @@ from pathlib import Path
 MAGIC = b"LRKVC\x001\n"
 _HEAD = len(MAGIC) + 32 + 8 + 32
 SUFFIX = ".kv"
+LOOKUPS = "lookups.log"
 STALE_TMP_S = 3600.0
 
 
@@ -76,18 +79,38 @@ class KVStore:
         try:
             data = path.read_bytes()
         except OSError:
-            self.stats.misses += 1
+            self._count(False)
             return None
         payload = self._check(data, key)
         if payload is None:
             self.stats.rejected += 1
-            self.stats.misses += 1
+            self._count(False)
             with contextlib.suppress(OSError):
                 path.unlink()
             return None
         self._touch(path)
-        self.stats.hits += 1
+        self._count(True)
         return payload
+
+    def _count(self, hit: bool) -> None:
+        if hit:
+            self.stats.hits += 1
+        else:
+            self.stats.misses += 1
+        with contextlib.suppress(OSError):  # a statistic: a read-only or missing folder loses it
+            fd = os.open(self.folder / LOOKUPS, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                os.write(fd, b"h" if hit else b"m")
+            finally:
+                os.close(fd)
+
+    def lookups(self) -> tuple[int, int]:
+        """(hits, misses) of every process's lookups since the cache was last cleared."""
+        try:
+            data = (self.folder / LOOKUPS).read_bytes()
+        except OSError:
+            return 0, 0
+        return data.count(b"h"), data.count(b"m")
 
     @staticmethod
     def _check(data: bytes, key: str) -> bytes | None:
@@ -163,7 +186,7 @@ class KVStore:
     def clear(self) -> int:
         """Delete every entry (and temporary file); how many entries there were."""
         entries = self.entries()
-        for p, _, _ in entries:
+        for p in [e[0] for e in entries] + [self.folder / LOOKUPS]:
             with contextlib.suppress(FileNotFoundError):
                 p.unlink()
         self._sweep_tmp(max_age=0.0)

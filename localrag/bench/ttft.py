@@ -23,17 +23,18 @@ it), prompt tokens read and reused, prefill tokens/s (tokens read / prefill seco
 tokens/s. One process, one model: the three kinds of one question run back to back.
 
 ``--prefill`` compares the exact prefill with the approximate one (``prefill="reuse"``: the chunks'
-KV from a cache, in a fresh cache folder of its own), each from an empty KV cache, interleaved
-(which goes first alternates by question). Per question:
+KV from a cache), each from an empty KV cache, interleaved (which goes first alternates by
+question). Per question:
 
-    cold   the question, its chunks' KV cleared from the chunk cache first (reuse computes and
-           stores them: what a chunk costs the first time it is retrieved)
-    seen   a new question over the same chunks: the question with " Answer in one sentence."
-           added (its search finds the same chunks, which the cold turn stored)
+    cold    reuse with none of its chunks cached (a cache folder of its own, cleared before each
+            such turn: reuse computes and stores them, what a chunk costs the first time it is read)
+    warmed  reuse after the app's background warm (``Answerer.warm_chunks``) stored every chunk of
+            the collection, before the first question (timed: ``warm``, with the disk per chunk)
 
-It prints each arm's median time to first token, the tokens it decoded for the prompt, and the
-ratio of the medians (exact / reuse). Answers may differ (the reuse prefill is approximate):
-``same answers`` counts the turns where they did not.
+It prints each arm's median time to first token, the tokens it decoded for the prompt (a miss's
+computed tokens included), the chunk-cache hits, and the ratio of the medians (reuse / exact).
+Answers may differ (the reuse prefill is approximate): ``same answers`` counts the questions
+whose reuse answer equals the exact one.
 """
 
 from __future__ import annotations
@@ -54,7 +55,6 @@ from localrag.modes import AnswerRequest, get_mode
 
 FOLLOWUP = "Why is that?"
 KINDS = ("question", "follow-up", "regenerate")
-SEEN_SUFFIX = " Answer in one sentence."
 PREFILLS = ("exact", "reuse")
 
 
@@ -117,37 +117,44 @@ def run_ttft(model: str | None, n: int, k: int, max_tokens: int, progress=None, 
 
 def run_prefill(model: str | None, n: int, k: int, max_tokens: int, progress=None, mode: str = "plain",
                 cache_dir: Path | None = None) -> dict:
-    """The exact and the reuse prefill, interleaved, on cold and seen chunks (the module docstring)."""
+    """The exact and the reuse prefill, interleaved, on cold and warmed chunks (the module docstring)."""
     records = load_records("squad", None, "report", n, 0)
     collection = qa_collection("grounding-squad-report", [r.qa for r in records])
     engine = Engine.load(ModelConfig(model=model) if model else ModelConfig())
-    with tempfile.TemporaryDirectory(prefix="chunk-kv-", dir=cache_dir) as folder:
-        answerer = Answerer(engine, collection.index, config=AnswerConfig(
+    with tempfile.TemporaryDirectory(prefix="chunk-kv-", dir=cache_dir) as warm_dir, \
+            tempfile.TemporaryDirectory(prefix="chunk-kv-cold-", dir=cache_dir) as cold_dir:
+        answerers = {kind: Answerer(engine, collection.index, config=AnswerConfig(
             instructions=QA_INSTRUCTIONS, chunk_cache=ChunkCacheConfig(folder=Path(folder))))
+            for kind, folder in (("cold", cold_dir), ("warmed", warm_dir))}
         gen = GenerationConfig(max_tokens=max_tokens)
         opts = {p: get_mode(mode).options({"k": k, "prefill": p}) for p in PREFILLS}
 
         def turn(question: str, prefill: str, kind: str) -> tuple[dict, str]:
             engine.backend.reset()
-            row, text = first_words(answerer, AnswerRequest(question, gen=gen, options=opts[prefill]), kind, True,
-                                    mode)
-            return {**asdict(row), "prefill": prefill, "hits": answerer.kv_store().stats.hits}, text
+            store = answerers[kind].kv_store()
+            if kind == "cold" and prefill == "reuse":
+                store.clear()
+            before = store.stats.hits
+            row, text = first_words(answerers[kind], AnswerRequest(question, gen=gen, options=opts[prefill]), kind,
+                                    True, mode)
+            return {**asdict(row), "prefill": prefill, "hits": store.stats.hits - before}, text
 
-        rows: list[dict] = []
         for p in PREFILLS:  # untimed: a mode's first answer may set it up
-            turn(records[0].qa.question, p, "warm-up")
+            turn(records[0].qa.question, p, "cold")
+        hits = collection.index.live_hits()
+        engine.backend.reset()
+        t0 = time.perf_counter()
+        warmed = answerers["warmed"].warm_chunks(hits)
+        sizes = sorted(s for _, s, _ in answerers["warmed"].kv_store().entries())
+        warm = {"chunks": warmed.total, "stored": warmed.stored, "seconds": round(time.perf_counter() - t0, 1),
+                "bytes": sum(sizes), "median_entry_bytes": sizes[len(sizes) // 2] if sizes else None}
+        rows: list[dict] = []
         for i, rec in enumerate(records):
-            q = rec.qa.question
             got = []
-            for kind, question in (("cold", q), ("seen", q + SEEN_SUFFIX)):
-                order = PREFILLS if i % 2 == 0 else PREFILLS[::-1]
+            for kind in ("cold", "warmed"):
                 texts = {}
-                for p in order:
-                    if kind == "cold" and p == "reuse":
-                        answerer.kv_store().clear()
-                    before = answerer.kv_store().stats.hits
-                    row, texts[p] = turn(question, p, kind)
-                    row["hits"] -= before
+                for p in PREFILLS if i % 2 == 0 else PREFILLS[::-1]:
+                    row, texts[p] = turn(rec.qa.question, p, kind)
                     got.append(row)
                 for row in got[-2:]:
                     row["same_answer"] = texts["exact"] == texts["reuse"]
@@ -155,17 +162,17 @@ def run_prefill(model: str | None, n: int, k: int, max_tokens: int, progress=Non
             if progress:
                 progress(i + 1, len(records), got)
         arms = {}
-        for kind in ("cold", "seen"):
+        for kind in ("cold", "warmed"):
             med = {p: summarize([FirstWords(**{f: r[f] for f in FirstWords.__dataclass_fields__})
                                  for r in rows if r["kind"] == kind and r["prefill"] == p]) for p in PREFILLS}
-            ratio = (med["exact"]["ttft_s"] / med["reuse"]["ttft_s"]
+            ratio = (med["reuse"]["ttft_s"] / med["exact"]["ttft_s"]
                      if med["exact"]["ttft_s"] and med["reuse"]["ttft_s"] else None)
             arms[kind] = {"exact": med["exact"], "reuse": med["reuse"],
                           "ttft_ratio": round(ratio, 3) if ratio else None,
                           "same_answers": sum(r["same_answer"] for r in rows if r["kind"] == kind) // 2,
                           "hits": sum(r["hits"] for r in rows if r["kind"] == kind and r["prefill"] == "reuse")}
     return {"model": engine.model_name, "mode": mode, "n": len(records), "k": k, "max_tokens": max_tokens,
-            "threads": engine.backend.n_threads, "arms": arms, "rows": rows}
+            "threads": engine.backend.n_threads, "warm": warm, "arms": arms, "rows": rows}
 
 
 def summarize(rows: list[FirstWords]) -> dict:
@@ -224,8 +231,11 @@ def print_prefill(result: dict) -> None:
                          fmt(v["decode_tps"], ".1f")])
     print(table(columns, rows))
     for kind, arm in result["arms"].items():
-        print(f"{kind}: first token exact / reuse (ratio of medians) {fmt(arm['ttft_ratio'], '.2f')}x; "
+        print(f"{kind}: first token reuse / exact (ratio of medians) {fmt(arm['ttft_ratio'], '.2f')}x; "
               f"same answers {arm['same_answers']}/{result['n']}")
+    w = result["warm"]
+    print(f"warm: {w['stored']} of {w['chunks']} chunks stored in {w['seconds']} s; {w['bytes'] / 2**20:.1f} MiB "
+          f"(median {(w['median_entry_bytes'] or 0) / 2**20:.2f} MiB a chunk)")
 
 
 def print_ttft(result: dict) -> None:

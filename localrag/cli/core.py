@@ -91,17 +91,23 @@ def cmd_cache(args) -> int:
     cfg = ChunkCacheConfig()
     store = KVStore(cfg.path, cfg.max_bytes)
     entries = store.entries()
-    out = {"folder": str(cfg.path), "entries": len(entries), "bytes": sum(s for _, s, _ in entries),
-           "max_bytes": cfg.max_bytes}
+    hits, misses = store.lookups()
+    size = sum(s for _, s, _ in entries)
+    out = {"folder": str(cfg.path), "entries": len(entries), "bytes": size, "max_bytes": cfg.max_bytes,
+           "bytes_per_entry": round(size / len(entries)) if entries else None, "hits": hits, "misses": misses,
+           "hit_rate": round(hits / (hits + misses), 3) if hits + misses else None}
     if args.clear:
         out["cleared"] = store.clear()
     if args.json:
         print(json.dumps(out, indent=2))
         return 0
-    print(f"chunk KV cache: {out['folder']}\n  {out['entries']} entries, {out['bytes'] / 2**20:.1f} MiB "
+    per = f" ({out['bytes_per_entry'] / 2**20:.1f} MiB a chunk)" if entries else ""
+    print(f"chunk KV cache: {out['folder']}\n  {out['entries']} entries{per}, {size / 2**20:.1f} MiB "
           f"of {out['max_bytes'] / 2**20:.0f} MiB")
+    rate = f"{out['hit_rate']:.0%} of {hits + misses} lookups found their chunk" if hits + misses else "no lookups yet"
+    print(f"  hit rate since last cleared: {rate}")
     if args.clear:
-        print(f"  cleared {out['cleared']} entries")
+        print(f"  cleared {out['cleared']} entries and the lookup counts")
     return 0
 
 

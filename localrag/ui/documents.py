@@ -101,7 +101,8 @@ class DocsController:
             return ""
         if r.note:
             return f"⚡ Chunk cache: {r.note}"
-        return f"⚡ Ready for fast answers (reuse prefill): {r.ready} of {r.total} chunks"
+        full = " (the chunk cache is full: raise its cap, or `localrag cache --clear`)" if r.full else ""
+        return f"⚡ Ready for fast answers (reuse prefill): {r.ready} of {r.total} chunks{full}"
 
     def prefill_changed(self, prefill: str, collection: str) -> str:
         """The page's prefill switched: to reuse, the collection's chunk caches start warming."""
