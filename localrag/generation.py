@@ -22,7 +22,7 @@ from typing import Protocol
 import numpy as np
 
 from localrag.backends.base import Backend
-from localrag.backends.chunk_reuse import ChunkReuse, kept_prefix
+from localrag.backends.chunk_reuse import ChunkReuse, common_prefix, kept_prefix
 from localrag.config import GenerationConfig
 from localrag.repetition import RepetitionGuard
 from localrag.results import GenerationStats, RasdStats
@@ -310,17 +310,6 @@ class Generation:
         for _ in self:
             pass
         return self
-
-
-def common_prefix(cached: Sequence[int], prompt: Sequence[int]) -> int:
-    """How many leading tokens of ``prompt`` the cache already holds, at most all but the last (it
-    is always evaluated, for fresh logits)."""
-    common = 0
-    for a, b in zip(cached, prompt, strict=False):
-        if a != b:
-            break
-        common += 1
-    return min(common, len(prompt) - 1)
 
 
 def backend_sync(backend: Backend, prompt: list[int], stats: GenerationStats | None = None) -> np.ndarray:

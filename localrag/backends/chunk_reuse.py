@@ -135,6 +135,17 @@ def chunk_spans(backend: Backend, tokens: Sequence[int], chunks: Sequence[tuple[
     return spans
 
 
+def common_prefix(cached: Sequence[int], prompt: Sequence[int]) -> int:
+    """How many leading tokens of ``prompt`` the cache already holds, at most all but the last (it
+    is always evaluated, for fresh logits)."""
+    common = 0
+    for a, b in zip(cached, prompt, strict=False):
+        if a != b:
+            break
+        common += 1
+    return min(common, len(prompt) - 1)
+
+
 def kept_prefix(old: Sequence[tuple[int, int]], new: Sequence[tuple[int, int]], common: int) -> int:
     """How much of a cached context to keep: at most ``common`` tokens (those it shares with the
     prompt), and nothing from the first position it built otherwise than the prompt's prefill
@@ -259,11 +270,7 @@ def warm_entry(be, store: KVStore, identity: str, prompt: Sequence[int], span: C
     key = entry_key(identity, tokens_sha(prompt[:prefix]), span, tokens_sha(prompt[span.start:span.end]), head)
     if store.has(key):
         return "cached", 0
-    have = be.tokens
-    common = 0
-    while common < min(len(have), prefix) and have[common] == prompt[common]:
-        common += 1
-    common = kept_prefix(be.placed, [], common)
+    common = kept_prefix(be.placed, [], common_prefix(be.tokens, prompt[:prefix + 1]))  # at most P
     if common < prefix:
         be.truncate(common)
         be.prefill(prompt[common:prefix])

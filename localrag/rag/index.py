@@ -336,7 +336,11 @@ class DocumentIndex:
     def _live_texts(self) -> list[tuple[str, str]]:
         """(chunk id, text) of every live chunk, read in one session (a consistent snapshot)."""
         live = self.manifest.live_versions(self.config.collection, self.space)
-        pairs: list[tuple[str, str]] = []
+        return [(cid, doc) for cid, doc, _ in self._live_rows(live)]
+
+    def _live_rows(self, live: dict[str, str]) -> list[tuple[str, str, dict]]:
+        """(chunk id, text, metadata) of every chunk of a ``live`` version, read in one session."""
+        rows: list[tuple[str, str, dict]] = []
         with self.store.session():
             col = self._collection(self.space, create=False)
             offset = 0
@@ -344,11 +348,11 @@ class DocumentIndex:
                 page = col.get(include=["documents", "metadatas"], limit=READ_PAGE, offset=offset)
                 if not page["ids"]:
                     break
-                for cid, doc, meta in zip(page["ids"], page["documents"], page["metadatas"], strict=True):
-                    if meta is not None and meta.get("ver") in live:
-                        pairs.append((cid, doc))
+                rows += [(cid, doc, meta) for cid, doc, meta
+                         in zip(page["ids"], page["documents"], page["metadatas"], strict=True)
+                         if meta is not None and meta.get("ver") in live]
                 offset += len(page["ids"])
-        return pairs
+        return rows
 
     # ------------------------------------------------------------ search
     def search(self, query: str, k: int = 5) -> list[Hit]:
@@ -423,18 +427,7 @@ class DocumentIndex:
         coll = self.config.collection
         live = self.manifest.live_versions(coll, self.space)
         when = {r.path: r.indexed_at for r in self.manifest.files(coll)}
-        hits: list[Hit] = []
-        with self.store.session():
-            col = self._collection(self.space, create=False)
-            offset = 0
-            while col is not None and live:
-                page = col.get(include=["documents", "metadatas"], limit=READ_PAGE, offset=offset)
-                if not page["ids"]:
-                    break
-                hits += [_hit(cid, doc, meta, live) for cid, doc, meta
-                         in zip(page["ids"], page["documents"], page["metadatas"], strict=True)
-                         if meta is not None and meta.get("ver") in live]
-                offset += len(page["ids"])
+        hits = [_hit(cid, doc, meta, live) for cid, doc, meta in self._live_rows(live)]
         order = {h.chunk_id: i for i, h in enumerate(hits)}
         return sorted(hits, key=lambda h: (-when.get(h.file, 0.0), h.file, h.line_start or 0, h.page or 0,
                                            order[h.chunk_id]))
