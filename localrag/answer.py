@@ -28,7 +28,14 @@ from pathlib import Path
 from typing import TypeVar
 
 from localrag.backends.base import Backend
-from localrag.backends.chunk_reuse import ChunkReuse, chunk_spans, model_identity, supports_reuse, warm_entry
+from localrag.backends.chunk_reuse import (
+    ChunkReuse,
+    chunk_spans,
+    common_prefix,
+    model_identity,
+    supports_reuse,
+    warm_entry,
+)
 from localrag.backends.endpoint import EndpointEngine, EndpointGeneration
 from localrag.backends.kv_store import KVStore
 from localrag.config import ChunkCacheConfig, GenerationConfig, GroundedConfig, ModelConfig, RasdConfig
@@ -142,6 +149,28 @@ def checked_result(text: str, mode: str, evidence: AnswerEvidence, retrieved: Se
                           supported=evidence.supported and not declined, stats=stats, searched=searched,
                           extras=extras, also_searched=also, evidence=evidence, notes=list(notes))
     return apply_policy(result, on_unsupported, DECLINED if declined else "")
+
+
+@dataclass
+class Judging:
+    """Whether the top chunk answers the question, by the answer model's probe on the hidden state
+    at the end of the judge's prompt ``tokens`` (``localrag.judge``), read aside after its first
+    ``at`` tokens, which the answer's prompt shares (so the rest is all it costs); the evidence
+    check alone, named (``why``), where there is no probe."""
+
+    backend: Backend
+    probe: Probe | None
+    tokens: Sequence[int] = ()
+    at: int = 0
+    why: str = ""
+
+    def due(self) -> bool:
+        return len(getattr(self.backend, "tokens", ())) >= self.at
+
+    def __call__(self) -> Judgement:
+        t0 = time.perf_counter()
+        states = self.backend.hidden_states_after(self.at, self.tokens[self.at:]) if self.tokens else {}
+        return replace(judge_hidden(self.probe, states, self.why), seconds=time.perf_counter() - t0)
 
 
 def judged_refusal(mode: str, judgement: Judgement, retrieved: Sequence[Hit], stats: AnswerStats, searched: str,
@@ -433,14 +462,24 @@ class Answerer:
             self._probe = (found,)
         return self._probe[0]
 
-    def judge(self) -> Judgement:
-        """Whether the prompt the answer model has just read holds an answer, by its probe on the
-        hidden state the prefill kept (``localrag.judge``); named as the evidence check alone where
-        there is no probe."""
-        t0 = time.perf_counter()
-        states = {} if self.remote else self.engine.backend.hidden_states()
-        why = "the answer model runs on a serving engine" if self.remote else ""
-        return replace(judge_hidden(self.probe(), states, why), seconds=time.perf_counter() - t0)
+    def judge_prompt(self, question: str, hits: Sequence[Hit], gen: GenerationConfig) -> list[int]:
+        """The judge's prompt (``localrag.judge.LAYOUT``): the question's, with its top chunk alone."""
+        return self.fit_prompt(self.rag_messages(question, hits[:1], []), gen)
+
+    def judging(self, question: str, hits: Sequence[Hit], history: Sequence[dict], gen: GenerationConfig,
+                prompt: Sequence[int]) -> Judging:
+        """The judge of an answer whose prompt is ``prompt``: due once the answer's read holds the
+        cells the judge's prompt shares with it (the instructions and the top chunk), so a refusal
+        need not wait for the other chunks to be read. A follow-up is not judged: the probe was
+        fitted on questions alone, and a follow-up's top chunk is often the previous question's."""
+        probe = None if self.remote else self.probe()
+        why = ("the answer model runs on a serving engine" if self.remote else "" if probe is None else
+               "nothing was retrieved" if not hits else
+               "a follow-up: the probe judges a conversation's first question" if history else "")
+        if probe is None or why:
+            return Judging(self.engine.backend, None, why=why)
+        tokens = self.judge_prompt(question, hits, gen)
+        return Judging(self.engine.backend, probe, tokens, min(common_prefix(prompt, tokens), len(tokens) - 1))
 
     # ------------------------------------------------------------ the check
     def evidence_aligner(self) -> EvidenceAligner:

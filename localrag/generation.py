@@ -221,17 +221,19 @@ class Generation:
         be.truncate(reused)
         stats.reused_prompt_tokens = reused
         step = READ_STEP if be.deterministic else be.n_batch
-        if self.reuse is not None:
-            yield from self.reuse.read(be, self.prompt_tokens, step)
-            self._logits = self.reuse.logits
-            stats.placed_prompt_tokens = self.reuse.stats.placed_tokens
-            stats.computed_prompt_tokens = self.reuse.stats.computed_tokens
-        else:
-            todo = self.prompt_tokens[reused:]
-            for start in range(0, len(todo), step):
-                self._logits = be.prefill(todo[start:start + step])
-                yield min(start + step, len(todo)), len(todo)
-        stats.prefill_seconds = time.perf_counter() - t0
+        try:  # a reader that stops early (a refusal judged before the end) still gets the seconds
+            if self.reuse is not None:
+                yield from self.reuse.read(be, self.prompt_tokens, step)
+                self._logits = self.reuse.logits
+                stats.placed_prompt_tokens = self.reuse.stats.placed_tokens
+                stats.computed_prompt_tokens = self.reuse.stats.computed_tokens
+            else:
+                todo = self.prompt_tokens[reused:]
+                for start in range(0, len(todo), step):
+                    self._logits = be.prefill(todo[start:start + step])
+                    yield min(start + step, len(todo)), len(todo)
+        finally:
+            stats.prefill_seconds = time.perf_counter() - t0
 
     @property
     def text(self) -> str:

@@ -23,7 +23,7 @@ from localrag.config import DEFAULT_MODEL, GenerationConfig, ModelConfig
 from localrag.engine import Engine
 from localrag.evidence import foreign_words
 from localrag.grounded.extras import GroundedExtras
-from localrag.judge import EVIDENCE_ONLY, Probe, text_sha256
+from localrag.judge import EVIDENCE_ONLY, Probe, prompt_key
 from localrag.models import drafts_for, resolve
 from localrag.modes import AnswerRequest, get_mode
 from localrag.rag.config import IndexConfig
@@ -182,7 +182,7 @@ def test_a_probe_fitted_on_another_model_file_is_not_used_and_the_answer_names_i
     monkeypatch.setenv("LOCALRAG_PROBES_DIR", str(tmp_path))
     path = resolve(DEFAULT_MODEL).path
     width = int(qwen.backend.meta("qwen2.embedding_length"))
-    Probe("0" * 64, path.stat().st_size, text_sha256(RAG_INSTRUCTIONS), 18, (0.0,) * width, (1.0,) * width,
+    Probe("0" * 64, path.stat().st_size, prompt_key(RAG_INSTRUCTIONS), 18, (0.0,) * width, (1.0,) * width,
           (0.0,) * width, 0.0, 1.0).save()  # would refuse everything, were it used
     name, _, question, right = FACTS[3]
     result = get_mode("plain").answer(Answerer(qwen, folder_index), AnswerRequest(question, gen=GEN))

@@ -15,7 +15,7 @@ from localrag.answer import RAG_INSTRUCTIONS, Answerer
 from localrag.backends.llamacpp import LlamaCppBackend
 from localrag.config import GenerationConfig, ModelConfig
 from localrag.engine import Engine
-from localrag.judge import EVIDENCE_ONLY, Probe, file_sha256, find_probe, probe_layers, text_sha256
+from localrag.judge import EVIDENCE_ONLY, Probe, file_sha256, find_probe, probe_layers, prompt_key
 from localrag.models import resolve
 from localrag.modes import AnswerRequest, get_mode
 from localrag.rag import DocumentIndex, IndexConfig
@@ -29,11 +29,12 @@ LAYER = 12
 QUESTION = "Where does the Zephyr telescope observe the sky from?"
 
 
-def _probe(refuse_below: float, sha: str | None = None, instructions: str = RAG_INSTRUCTIONS) -> Probe:
+def _probe(refuse_below: float, sha: str | None = None, instructions: str = RAG_INSTRUCTIONS,
+           weights: tuple[float, ...] = (0.0,) * 576) -> Probe:
     path = resolve(MODEL).path
     n = 576  # SmolLM2-135M's width
-    return Probe(sha or file_sha256(path), path.stat().st_size, text_sha256(instructions), LAYER,
-                 (0.0,) * n, (1.0,) * n, (0.0,) * n, 0.0, refuse_below)  # p(answerable) = 0.5 always
+    return Probe(sha or file_sha256(path), path.stat().st_size, prompt_key(instructions), LAYER,
+                 (0.0,) * n, (1.0,) * n, weights, 0.0, refuse_below)  # no weights: p(answerable) = 0.5 always
 
 
 @pytest.fixture(scope="module")
@@ -65,6 +66,31 @@ def test_the_tap_keeps_the_last_prompt_tokens_state_and_changes_no_logit(tapped,
     smollm2.reset()
     assert np.array_equal(smollm2.prefill(prompt), whole)  # the untapped backend's logits, bit for bit
     assert smollm2.hidden_states() == {}
+
+
+def test_the_judge_prompt_read_aside_has_the_state_of_a_whole_read_and_leaves_the_context(tapped):
+    """``hidden_states_after``: the judge's prompt read after the cells it shares with the prompt
+    just read, in a scratch sequence. Its last token's state is that of reading it whole, and the
+    committed context, its cells and the next token's logits are as they were."""
+    shared = tapped.tokenize("Answer from the sources.\n[1] The Zephyr telescope observes the sky from a "
+                             "high desert plateau in Chile.", add_special=True)
+    rest = tapped.tokenize("\n[2] The Vireo probe was launched in 2031.\nQuestion: where is Zephyr?")
+    judged = tapped.tokenize("\nQuestion: where does the Zephyr telescope observe from?")
+    tapped.reset()
+    tapped.prefill(shared + judged)
+    whole = tapped.hidden_states()
+    tapped.reset()
+    nxt = int(np.argmax(tapped.prefill(shared + rest)))
+    read_whole = tapped.hidden_states()
+    aside = tapped.hidden_states_after(len(shared), judged)
+    assert sorted(aside) == [-1, LAYER]
+    assert np.array_equal(aside[LAYER], whole[LAYER]) and np.array_equal(aside[-1], whole[-1])
+    assert not np.array_equal(read_whole[LAYER], whole[LAYER])  # the answer prompt's own state differs
+    assert tapped.tokens == shared + rest and tapped.seq_pos_max(1) == -1  # nothing left in the scratch
+    after = tapped.decode_one(nxt).copy()
+    tapped.reset()
+    tapped.prefill(shared + rest)
+    assert np.array_equal(tapped.decode_one(nxt), after)
 
 
 def test_a_probe_is_found_only_for_its_own_model_file_and_instructions(tmp_path, monkeypatch):
@@ -112,8 +138,40 @@ def test_a_judged_unanswerable_prompt_is_refused_before_a_word_is_written(mode, 
         assert refused.stats.judge.judge == f"answerability probe (layer {LAYER})"
         assert refused.stats.judge.p_answerable == pytest.approx(0.5) and refused.stats.judge.refused_early
         assert refused.stats.generation.generated_tokens == 0 and refused.stats.generation.stop_reason == "judged"
+        # refused once the top chunk was read: the other chunks never were
+        assert len(engine.backend.tokens) < refused.stats.generation.prompt_tokens, refused.stats.generation
         assert refused.refused and not refused.supported and refused.text == "" and not refused.citations
         assert "read no answer" in refused.refusal and "p(answerable) 0.50" in refused.refusal
+        # a follow-up is not judged (the probe was fitted on first questions): the evidence check decides
+        answering = get_mode(mode)
+        history = [{"role": "user", "content": "What is the Zephyr telescope?"},
+                   {"role": "assistant", "content": "A telescope."}]
+        follow = AnswerRequest(QUESTION, history=history, gen=GenerationConfig(max_tokens=12),
+                               options=answering.options({"k": 2}))
+        *_, followed = answering.stream(Answerer(engine, index), follow)
+        assert followed.stats.judge.judge == f"{EVIDENCE_ONLY} (a follow-up: the probe judges a conversation's first question)"
+        assert not followed.stats.judge.refused_early and followed.stats.generation.generated_tokens > 0
+        engine.backend.close()
+
+        # the judge reads the judge's prompt (the top chunk alone), not the answer's: a probe with
+        # weights gives the p of a whole read of that prompt
+        weights = tuple(np.random.default_rng(0).normal(scale=0.005, size=576))
+        _probe(refuse_below=0.0, weights=weights).save()
+        engine = Engine.load(ModelConfig(model=MODEL, n_ctx=2048))
+        judged = _answer(mode, engine, index)
+        answerer = Answerer(engine, index)
+        hits = answerer.find(QUESTION, [], 2).hits
+        gen = GenerationConfig(max_tokens=12)
+        p = {}
+        for name, tokens in (("judge", answerer.judge_prompt(QUESTION, hits, gen)),
+                             ("answer", answerer.fit_prompt(answerer.rag_messages(QUESTION, hits, []), gen))):
+            engine.backend.reset()
+            engine.backend.prefill(tokens)
+            p[name] = _probe(0.0, weights=weights).p_answerable(engine.backend.hidden_states()[LAYER])
+        # the same up to the summation order of a longer KV cache's attention, far from the answer's
+        off = abs(judged.stats.judge.p_answerable - p["judge"])
+        assert off < abs(p["answer"] - p["judge"]) / 20 and abs(p["judge"] - 0.5) > 0.01, (off, p)
+        assert judged.text == without.text
         engine.backend.close()
 
         _probe(refuse_below=0.1).save()  # the same probe file, now above its threshold: answered

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from localrag.bench.judge import MAX_EARLY_FALSE_REFUSALS, Features, fit_probe, measure
-from localrag.judge import find_probe, text_sha256
+from localrag.judge import find_probe, prompt_key
 
 
 def _features(n: int, seed: int, informative: int = 18) -> Features:
@@ -39,7 +39,7 @@ def test_the_fit_picks_the_layer_that_carries_the_label_and_keeps_its_early_refu
     found = find_probe(probe.model_sha256, "Answer briefly.")
     assert found is not None and found.model_bytes == model.stat().st_size
     assert find_probe(probe.model_sha256, "Answer at length.") is None
-    assert found.prompt_sha256 == text_sha256("Answer briefly.")
+    assert found.prompt_sha256 == prompt_key("Answer briefly.")
 
     held_out = measure(found, _features(300, 1))  # fresh rows, the same direction
     assert held_out["auroc"] > 0.75 and held_out["early_refusals_answerable"] < 0.15

@@ -132,6 +132,11 @@ class Backend(ABC):
         -1: the final norm); empty where the backend cannot read them."""
         return {}
 
+    def hidden_states_after(self, n_keep: int, tokens: Sequence[int]) -> dict[int, np.ndarray]:
+        """The hidden states of the last of ``tokens`` read after the first ``n_keep`` committed
+        tokens, leaving the committed context as it was; empty where the backend cannot."""
+        return {}
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Free native resources (optional)."""
 

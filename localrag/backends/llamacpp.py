@@ -372,6 +372,28 @@ class LlamaCppBackend(Backend):
     def hidden_states(self) -> dict[int, np.ndarray]:
         return dict(self._tap.states) if self._tap is not None else {}
 
+    def hidden_states_after(self, n_keep: int, tokens: Sequence[int]) -> dict[int, np.ndarray]:
+        """The hidden states (as ``hidden_states``) of the last of ``tokens`` read after the first
+        ``n_keep`` tokens of the committed context, in a scratch sequence that shares their cells:
+        each row attends to the cells a prefill of ``self.tokens[:n_keep] + tokens`` would, with the
+        same kernels. The committed context and its cells are left as they were; {} without room."""
+        if self._tap is None or not tokens or not 0 <= n_keep <= self.n_past or self.max_leaves < 2:
+            return {}
+        if self.n_past + self.n_pinned + len(tokens) > self.n_ctx:
+            return {}
+        aside = 1  # a tree leaf's sequence, free between decoding steps
+        self.seq_rm(aside, -1, -1)
+        self.seq_cp(0, aside, 0, n_keep)
+        try:
+            with self._tapping():
+                for a in range(0, len(tokens), self.n_batch):
+                    part = tokens[a:a + self.n_batch]
+                    self.decode_batch(part, range(n_keep + a, n_keep + a + len(part)), [aside] * len(part),
+                                      [a + i == len(tokens) - 1 for i in range(len(part))])
+            return dict(self._tap.states)
+        finally:
+            self.seq_rm(aside, -1, -1)
+
     def _prefill(self, tokens: Sequence[int]) -> None:
         b = self._batch
         for start in range(0, len(tokens), self.n_batch):

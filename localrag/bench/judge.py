@@ -4,11 +4,13 @@
     python -m localrag bench judge --suite squad --split report --n 200          # the shipped probe
     python -m localrag bench judge --suite hotpotqa --split report --n 100
 
-Each question is laid out as the app lays it out (its instructions, the top-k chunks of one
-collection holding every sampled question's documents) and only *read*: the answer model's prefill,
-with the hidden state of the last prompt token kept at every other layer from 8 and at the final
-norm. Those states are cached on disk per question (a stopped run resumes), so fitting again costs
-nothing. Questions are read in a seeded random order: a run stopped early is still a random sample.
+Each question is searched as the app searches (the top-k chunks of one collection holding every
+sampled question's documents) and its judge's prompt laid out as the app lays it out
+(``localrag.judge.LAYOUT``: the instructions, the top chunk, the question), then only *read*: the
+answer model's prefill, with the hidden state of the last prompt token kept at every other layer
+from 8 and at the final norm. Those states are cached on disk per question (a stopped run resumes),
+so fitting again costs nothing (rows read with fewer layers tapped limit the fit to the layers all
+rows hold). Questions are read in a seeded random order: a run stopped early is still a random sample.
 
 ``--fit`` (calibration half only): for each layer, a logistic probe (standardised features, L2)
 scored by 5-fold cross-validation with the folds grouped by document (questions on one paragraph
@@ -31,13 +33,14 @@ from pathlib import Path
 import numpy as np
 
 from localrag.answer import RAG_INSTRUCTIONS, AnswerConfig, Answerer
+from localrag.backends.chunk_reuse import common_prefix
 from localrag.bench.common import output
 from localrag.bench.data import QA_SUITES, SPLITS, GroundingRecord, load_records, qa_collection
 from localrag.bench.grounding import auroc, auroc_interval
 from localrag.config import GenerationConfig, ModelConfig, default_cache_dir
 from localrag.engine import Engine
 from localrag.generation import Generation, PlainDecoder
-from localrag.judge import FINAL_NORM, Probe, file_sha256, find_probe, text_sha256
+from localrag.judge import FINAL_NORM, Probe, file_sha256, find_probe, prompt_key
 from localrag.models import resolve
 
 MAX_EARLY_FALSE_REFUSALS = 0.05
@@ -68,7 +71,7 @@ class Features:
 
 
 def feature_dir(model_sha: str, instructions: str) -> Path:
-    return default_cache_dir() / "judge-features" / f"{model_sha[:16]}-{text_sha256(instructions)[:12]}"
+    return default_cache_dir() / "judge-features" / f"{model_sha[:16]}-{prompt_key(instructions)[:12]}"
 
 
 def record_key(rec: GroundingRecord, collection_key: str, k: int) -> str:
@@ -83,18 +86,18 @@ def sample(suite: str, split: str, n: int, seed: int):
     return records, collection, np.random.default_rng(seed).permutation(len(records))
 
 
-def prompt_tokens(answerer: Answerer, question: str, k: int) -> list[int]:
-    """The question laid out as the app lays it out: its instructions and the top-k chunks."""
-    found = answerer.find(question, [], k)
-    return answerer.fit_prompt(answerer.rag_messages(question, found.hits, []), GEN)
+def prompts(answerer: Answerer, question: str, k: int) -> tuple[list[int], list[int]]:
+    """The question's answer prompt (the top-k chunks) and its judge's prompt, as the app lays them out."""
+    hits = answerer.find(question, [], k).hits
+    return answerer.fit_prompt(answerer.rag_messages(question, hits, []), GEN), answerer.judge_prompt(question, hits, GEN)
 
 
-def cost_prompts(args, n: int) -> list[list[int]]:
-    """The first ``n`` of the run's prompts, as ``collect`` reads them (tokens only)."""
+def cost_prompts(args, n: int) -> list[tuple[list[int], list[int]]]:
+    """The first ``n`` of the run's (answer, judge) prompts, in ``collect``'s order (tokens only)."""
     records, collection, order = sample(args.suite, args.split, args.n, args.seed)
     engine = Engine.load(replace(model_config(args.model), hidden_layers=()))
     answerer = Answerer(engine, collection.index, config=AnswerConfig(instructions=RAG_INSTRUCTIONS))
-    out = [prompt_tokens(answerer, records[i].qa.question, args.k) for i in order[:n]]
+    out = [prompts(answerer, records[i].qa.question, args.k) for i in order[:n]]
     engine.close()
     return out
 
@@ -118,7 +121,7 @@ def collect(suite: str, split: str, n: int, seed: int, model: str | None, k: int
             if engine is None:  # every layer a model may have is tapped; those kept depend on its depth
                 engine = Engine.load(replace(spec_model, hidden_layers=(*range(MAX_LAYERS), FINAL_NORM)))
                 answerer = Answerer(engine, collection.index, config=AnswerConfig(instructions=instructions))
-            tokens = prompt_tokens(answerer, rec.qa.question, k)
+            tokens = prompts(answerer, rec.qa.question, k)[1]
             engine.backend.reset()
             t0 = time.perf_counter()
             for _ in Generation(engine.backend, tokens, PlainDecoder(), GEN).read():
@@ -137,8 +140,10 @@ def collect(suite: str, split: str, n: int, seed: int, model: str | None, k: int
             progress(done, len(order), rows[-1])
     if engine is not None:
         engine.close()
-    layers = tuple(int(x) for x in rows[0]["layers"])
-    feats = Features(layers, {layer: np.stack([r["states"][j] for r in rows]) for j, layer in enumerate(layers)},
+    layers = tuple(sorted(set.intersection(*({int(x) for x in r["layers"]} for r in rows)), key=lambda x: (x < 0, x)))
+    at = [{int(x): j for j, x in enumerate(r["layers"])} for r in rows]  # rows read with other taps keep theirs
+    feats = Features(layers, {layer: np.stack([r["states"][a[layer]] for r, a in zip(rows, at, strict=True)])
+                              for layer in layers},
                      np.array([bool(r["answerable"]) for r in rows]), np.array([int(r["group"]) for r in rows]),
                      np.array([float(r["read_s"]) for r in rows]), np.array([int(r["prompt_tokens"]) for r in rows]))
     return feats, Path(spec.path)
@@ -187,8 +192,8 @@ def fit_probe(feats: Features, model_path: Path, instructions: str, meta: dict) 
               "cv_early_refusals_unanswerable": round(float((p[y == 0] < refuse_below).mean()), 4),
               "cv_early_refusals_answerable": round(float((p[y == 1] < refuse_below).mean()), 4),
               "n_answerable": int(y.sum()), "n_unanswerable": int((1 - y).sum())}
-    probe = Probe(file_sha256(model_path), model_path.stat().st_size, text_sha256(instructions), layer, tuple(mean), tuple(scale), tuple(w), b,
-                  refuse_below, fitted)
+    probe = Probe(file_sha256(model_path), model_path.stat().st_size, prompt_key(instructions), layer, tuple(mean),
+                  tuple(scale), tuple(w), b, refuse_below, fitted)
     return probe, fitted
 
 
@@ -196,7 +201,10 @@ def measure(probe: Probe, feats: Features) -> dict:
     y = feats.answerable
     p = np.array([probe.p_answerable(h) for h in feats.states[probe.layer]])
     refused = p < probe.refuse_below
-    return {"auroc": round(auroc(list(p), list(y)), 4), "auroc_95": auroc_interval(list(p), list(y)),
+    both = y.any() and (~y).any()  # HotpotQA's questions are all answerable: no AUROC, only refusals
+    return {"auroc": round(auroc(list(p), list(y)), 4) if both else None,
+            "auroc_95": auroc_interval(list(p), list(y)) if both else None,
+            "p_answerable_median": round(float(np.median(p)), 4),
             "early_refusals_unanswerable": round(float(refused[~y].mean()), 4) if (~y).any() else None,
             "early_refusals_answerable": round(float(refused[y].mean()), 4) if y.any() else None,
             "n_answerable": int(y.sum()), "n_unanswerable": int((~y).sum()),
@@ -204,14 +212,15 @@ def measure(probe: Probe, feats: Features) -> dict:
             "mean_prompt_tokens": round(float(feats.prompt_tokens.mean()), 1)}
 
 
-def tap_cost(model: str | None, layer: int, prompts: list[list[int]], repeats: int = 2) -> dict:
-    """What keeping one layer's state costs a prefill: each prompt read by a backend without the
-    tap and by one with it, interleaved, ``repeats`` times; the median ratio of their seconds."""
+def tap_cost(model: str | None, layer: int, pairs: list[tuple[list[int], list[int]]], repeats: int = 2) -> dict:
+    """What the judge costs an answer: each answer prompt read by a backend without the tap and by
+    one with it, interleaved, ``repeats`` times (the median ratio of their seconds); and after the
+    tapped read, the judge's prompt read aside (``hidden_states_after``): its seconds and tokens."""
     plain, tapped = (Engine.load(replace(model_config(model), hidden_layers=layers)) for layers in ((), (layer,)))
-    ratios = []
+    ratios, aside_s, aside_tokens, prefill_s = [], [], [], []
     try:
         for _ in range(repeats):
-            for tokens in prompts:
+            for tokens, judged in pairs:
                 seconds = []
                 for engine in (plain, tapped):
                     engine.backend.reset()
@@ -219,11 +228,21 @@ def tap_cost(model: str | None, layer: int, prompts: list[list[int]], repeats: i
                     engine.backend.prefill(tokens)
                     seconds.append(time.perf_counter() - t0)
                 ratios.append(seconds[1] / seconds[0])
+                prefill_s.append(seconds[0])
+                keep = min(common_prefix(tokens, judged), len(judged) - 1)
+                t0 = time.perf_counter()
+                states = tapped.backend.hidden_states_after(keep, judged[keep:])
+                aside_s.append(time.perf_counter() - t0)
+                aside_tokens.append(len(judged) - keep)
+                assert layer in states, "the judge's prompt was not read aside"
     finally:
         plain.close()
         tapped.close()
     return {"prefill_with_tap_over_without_median": round(float(np.median(ratios)), 4),
-            "min": round(min(ratios), 4), "max": round(max(ratios), 4), "n": len(ratios)}
+            "min": round(min(ratios), 4), "max": round(max(ratios), 4), "n": len(ratios),
+            "judge_read_s_median": round(float(np.median(aside_s)), 3),
+            "judge_tokens_median": float(np.median(aside_tokens)),
+            "answer_prefill_s_median": round(float(np.median(prefill_s)), 3)}
 
 
 def add_bench_cli(bench_subparsers) -> None:
@@ -236,7 +255,7 @@ def add_bench_cli(bench_subparsers) -> None:
     p.add_argument("--k", type=int, default=5, help="chunks per prompt")
     p.add_argument("--model", default=None)
     p.add_argument("--fit", action="store_true", help="fit the probe on these questions and write it")
-    p.add_argument("--cost", type=int, default=0, help="also time N of the prompts read with and without the tap")
+    p.add_argument("--cost", type=int, default=0, help="also time N answer prompts read with and without the tap, and their judge prompts read aside")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_judge)
 

@@ -1,16 +1,23 @@
 """The answerability judge: does the answer model, having read the prompt, hold an answer in it?
 
 Read from the model itself (Lavi et al., arXiv 2509.22449: a linear "unanswerability direction" in
-the middle layers): the hidden state of the last prompt token at one layer, taken from the answer's
-own prefill (``ModelConfig.hidden_layers``, ``localrag.backends.hidden``), goes through a logistic
-probe fitted on SQuAD v2's calibration half (``bench judge``):
+the middle layers): the hidden state of the last token of the judge's prompt at one layer
+(``ModelConfig.hidden_layers``, ``localrag.backends.hidden``) goes through a logistic probe fitted on
+SQuAD v2's calibration half (``bench judge``):
 
     p(answerable) = sigmoid(w . (h - mean) / scale + b)
 
+The judge's prompt is the answer's with only its top chunk (``LAYOUT``): the instructions, source
+[1], the question. A follow-up is not judged (the probe was fitted on questions alone, and a
+follow-up's top chunk is often the previous question's). It shares the answer prompt's cells up to the end of that chunk, so it is
+read aside after them at the cost of the question's tokens (``Backend.hidden_states_after``), and
+it separated answerable from not a little better than the whole five-chunk prompt on the same
+questions (docs/benchmarks.md, "The answerability judge").
+
 A probe is a small JSON file in ``localrag/judge/probes/``, valid only for the model file it was
-fitted on (its sha256) and the instructions it was fitted with (their sha256): the hidden state
-depends on both. A model or prompt without one gets no probe, and every answer says that its judge
-was the evidence check alone (``Judgement.judge``).
+fitted on (its sha256) and the prompt it was fitted with (``prompt_key``: the layout and the
+instructions): the hidden state depends on both. A model or prompt without one gets no probe, and
+every answer says that its judge was the evidence check alone (``Judgement.judge``).
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ from localrag.results import Judgement
 PROBES_DIR = Path(__file__).parent / "probes"  # the shipped probes; LOCALRAG_PROBES_DIR: another folder
 FINAL_NORM = -1  # the layer number that names the final norm's output
 EVIDENCE_ONLY = "evidence check only"
+LAYOUT = "judge prompt: the instructions, the top chunk as source [1], the question"
 
 
 @dataclass(frozen=True)
@@ -85,6 +93,11 @@ def text_sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+def prompt_key(instructions: str) -> str:
+    """The sha256 that names the judge's prompt: its layout and the instructions in it."""
+    return text_sha256(f"{LAYOUT}\n{instructions}")
+
+
 def file_sha256(path: Path) -> str:
     """The file's sha256: from a ``<file>.sha256`` stamp newer than the file (bundled models are
     checked against theirs when assembled), else computed once and cached by path, size and mtime."""
@@ -132,18 +145,19 @@ def probe_layers(model_path: Path, folder: Path | None = None) -> tuple[int, ...
 
 
 def find_probe(model_sha256: str, instructions: str, folder: Path | None = None) -> Probe | None:
-    """The probe fitted on this model file with these instructions, or None."""
-    path = (folder or probes_dir()) / probe_file_name(model_sha256, text_sha256(instructions))
+    """The probe fitted on this model file with these instructions (in ``LAYOUT``), or None."""
+    key = prompt_key(instructions)
+    path = (folder or probes_dir()) / probe_file_name(model_sha256, key)
     if not path.exists():
         return None
     probe = Probe.load(path)
-    if probe.model_sha256 != model_sha256 or probe.prompt_sha256 != text_sha256(instructions):
+    if probe.model_sha256 != model_sha256 or probe.prompt_sha256 != key:
         return None
     return probe
 
 
 def judge_hidden(probe: Probe | None, states: dict[int, np.ndarray], why_none: str = "") -> Judgement:
-    """The probe's judgement of the hidden states the prefill kept; the evidence check alone (named,
+    """The probe's judgement of the hidden states of the judge's prompt; the evidence check alone (named,
     with ``why_none``) when there is no probe or no state of its layer."""
     if probe is None or probe.layer not in states:
         why = why_none or ("no answerability probe for this model file and prompt" if probe is None

@@ -85,15 +85,24 @@ class PlainMode(AnswerMode):
         generation = answerer.generate(ready.messages, request.gen, ready.decoder, fit=request.documents,
                                        cancel=request.cancel, reuse=ready.found.hits if reuse else ())
         reading = "reading" if request.documents else "reading the conversation"
+        judging = answerer.judging(request.question, ready.found.hits, request.history, request.gen,
+                                   getattr(generation, "prompt_tokens", ())) if request.documents else None
         judgement = None
-        for done, total in generation.read():  # the prompt, in pieces: a long one says how far it got
+        pieces = generation.read()
+        for done, total in pieces:  # the prompt, in pieces: a long one says how far it got
             if total > READ_QUIETLY:
                 yield AnswerProgress(reading, done, total)
             if request.cancelled:
                 generation.stats.stop_reason = "cancelled"
                 break
+            if judging is not None and judgement is None and judging.due():
+                judgement = judging()  # before the other chunks are read: a refusal need not wait for them
+                if judgement.refused_early:
+                    break
         else:
-            judgement = answerer.judge() if request.documents else None
+            if judging is not None and judgement is None:
+                judgement = judging()
+        pieces.close()
         if judgement is not None and judgement.refused_early:  # the documents hold no answer: none is written
             generation.stats.stop_reason = "judged"
             stats = AnswerStats(mode=self.id, search=ready.found.stats, generation=generation.stats,
