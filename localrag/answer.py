@@ -158,7 +158,7 @@ class Judging:
     ``at`` tokens, which the answer's prompt shares (so the rest is all it costs); the evidence
     check alone, named (``why``), where there is no probe."""
 
-    backend: Backend
+    backend: Backend | None  # None: nothing to read (no probe)
     probe: Probe | None
     tokens: Sequence[int] = ()
     at: int = 0
@@ -169,7 +169,7 @@ class Judging:
 
     def __call__(self) -> Judgement:
         t0 = time.perf_counter()
-        states = self.backend.hidden_states_after(self.at, self.tokens[self.at:]) if self.tokens else {}
+        states = self.backend.hidden_states_after(self.at, self.tokens[self.at:]) if self.backend and self.tokens else {}
         return replace(judge_hidden(self.probe, states, self.why), seconds=time.perf_counter() - t0)
 
 
@@ -477,7 +477,7 @@ class Answerer:
                "nothing was retrieved" if not hits else
                "a follow-up: the probe judges a conversation's first question" if history else "")
         if probe is None or why:
-            return Judging(self.engine.backend, None, why=why)
+            return Judging(None, None, why=why)
         tokens = self.judge_prompt(question, hits, gen)
         return Judging(self.engine.backend, probe, tokens, min(common_prefix(prompt, tokens), len(tokens) - 1))
 

@@ -135,7 +135,7 @@ class EndpointGeneration:
     def read(self) -> Iterator[tuple[int, int]]:
         """Nothing to read here: the server reads the prompt as part of the request (the local
         ``Generation.read`` reports its progress)."""
-        return iter(())
+        yield from ()
 
     def run(self) -> EndpointGeneration:
         for _ in self:
