@@ -54,6 +54,7 @@ import llama_cpp as lc
 import numpy as np
 
 from localrag.backends.base import Backend
+from localrag.backends.chunk_reuse import SCRATCH
 from localrag.backends.hidden import HiddenTap
 from localrag.config import ModelConfig
 from localrag.models import ModelError, ModelSpec, read_gguf_header, resolve
@@ -381,7 +382,7 @@ class LlamaCppBackend(Backend):
             return {}
         if self.n_past + self.n_pinned + len(tokens) > self.n_ctx:
             return {}
-        aside = 1  # a tree leaf's sequence, free between decoding steps
+        aside = SCRATCH  # the chunk cache's scratch sequence: a tree leaf's, free between decoding steps
         self.seq_rm(aside, -1, -1)
         self.seq_cp(0, aside, 0, n_keep)
         try:

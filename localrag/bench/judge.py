@@ -121,7 +121,7 @@ def collect(suite: str, split: str, n: int, seed: int, model: str | None, k: int
             if engine is None:  # every layer a model may have is tapped; those kept depend on its depth
                 engine = Engine.load(replace(spec_model, hidden_layers=(*range(MAX_LAYERS), FINAL_NORM)))
                 answerer = Answerer(engine, collection.index, config=AnswerConfig(instructions=instructions))
-            tokens = prompts(answerer, rec.qa.question, k)[1]
+            tokens = answerer.judge_prompt(rec.qa.question, answerer.find(rec.qa.question, [], k).hits, GEN)
             engine.backend.reset()
             t0 = time.perf_counter()
             for _ in Generation(engine.backend, tokens, PlainDecoder(), GEN).read():
