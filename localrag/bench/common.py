@@ -103,7 +103,8 @@ def repeated_sentence(text: str) -> str | None:
 class AnsweredQuestion:
     """One answer as the answer layer gave it: the text, the chunks it was given (retrieval order),
     whether the model itself declined, the seconds the answer took (its check excluded), the seconds
-    the answer layer's own check took, why its generation stopped, and how sure the model was of it."""
+    the answer layer's own check took, why its generation stopped, how sure the model was of it, and
+    what the answerability judge made of its prompt."""
 
     text: str
     hits: tuple[Hit, ...]
@@ -112,18 +113,20 @@ class AnsweredQuestion:
     stop_reason: str = ""  # GenerationStats.stop_reason ("repetition": the guard cut a loop); "" for Grounded
     check_s: float = 0.0  # the answer layer's alignment of this answer (what a user waits for)
     confidence: float | None = None  # GenerationStats.mean_logprob (None for Grounded and serving engines)
+    judge_p: float | None = None  # the answerability judge's p(answerable) (None: no probe for the prompt)
+    judged: bool = False  # the judge refused it before a word was written
 
     def to_dict(self) -> dict:
         return {"text": self.text, "hits": [h.to_dict() for h in self.hits], "refused": self.refused,
                 "seconds": self.seconds, "stop_reason": self.stop_reason, "check_s": self.check_s,
-                "confidence": self.confidence}
+                "confidence": self.confidence, "judge_p": self.judge_p, "judged": self.judged}
 
     @classmethod
     def from_dict(cls, d: dict) -> AnsweredQuestion:
         hits = tuple(Hit(**{**{k: v for k, v in h.items() if k != "citation"}, "heading_path": tuple(h["heading_path"])})
                      for h in d["hits"])
         return cls(d["text"], hits, d["refused"], d["seconds"], d.get("stop_reason", ""), d.get("check_s", 0.0),
-                   d.get("confidence"))
+                   d.get("confidence"), d.get("judge_p"), d.get("judged", False))
 
 
 class AnswerCache:
@@ -141,8 +144,10 @@ class AnswerCache:
     @staticmethod
     def key(model: str, mode: str, instructions: str, question: str, k: int, max_tokens: int,
             collection_key: str) -> str:
-        # "guard": answers written with the repetition guard; "confidence": with their mean log-probability
-        raw = json.dumps([model, mode, instructions, question, k, max_tokens, collection_key, "guard", "confidence"])
+        # "guard": answers written with the repetition guard; "confidence": with their mean log-probability;
+        # "judge": with the answerability judge's view
+        raw = json.dumps([model, mode, instructions, question, k, max_tokens, collection_key, "guard", "confidence",
+                          "judge"])
         return hashlib.sha1(raw.encode()).hexdigest()
 
     def get(self, key: str) -> AnsweredQuestion | None:

@@ -2,14 +2,16 @@
 ones, whether its citations point at the gold evidence, and what honest refusal costs.
 
     python -m localrag bench grounding --suite squad --n 200 [--mode plain|rasd|grounded] [--json]
+    python -m localrag bench grounding --suite squad --n 200 --instructions app   # as the app asks: judged
     python -m localrag bench grounding --suite hotpotqa --n 100
     python -m localrag bench grounding --data my.jsonl --n 50     # bench qa's format, + "gold_doc"
     python -m localrag bench grounding --suite squad --split calibration --n 300 --calibrate
 
 Questions come from the *report* half of the data by default, which the evidence constants were
 never fitted on (``split_of`` in :mod:`localrag.bench.data`). Each question is answered through the answer
-layer with ``bench qa``'s instructions and retrieval (one collection of every sampled question's
-documents), then its answer is aligned to the chunks it was given, in the same process.
+layer with ``bench qa``'s instructions (``--instructions app``: the app's, which the answerability
+judge's probe was fitted with, so the judge takes part) and retrieval (one collection of every sampled
+question's documents), then its answer is aligned to the chunks it was given, in the same process.
 
 Reported (JSON top level):
 
@@ -21,6 +23,8 @@ Reported (JSON top level):
                         support was below the refusal threshold)
     false_refusal_rate  share of answerable questions refused
     overhead            alignment seconds / answer seconds, summed over the questions
+    judge               the answerability judge (a probe for the model and instructions): its AUROC of
+                        p(answerable) against answerable-or-not, and the shares it refused before a word
 
 Also: the AUROC against "the answer contains a gold answer" (the correctness the Speculative RAG
 paper uses), and against correctness over every answered question (unanswerable ones counting as
@@ -40,7 +44,7 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import minimize
 
-from localrag.answer import AnswerConfig, Answerer
+from localrag.answer import RAG_INSTRUCTIONS, AnswerConfig, Answerer
 from localrag.app.options import add_endpoint_args, endpoint_config
 from localrag.backends.endpoint import EndpointConfig, EndpointEngine
 from localrag.bench.common import (
@@ -63,6 +67,7 @@ from localrag.grounded.scoring import short_answer
 from localrag.modes import MODES, AnswerRequest, get_mode
 
 MAX_REFUSALS_OF_ANSWERABLE = 0.15  # the refusal threshold is the highest that stays within this
+INSTRUCTIONS = {"qa": QA_INSTRUCTIONS, "app": RAG_INSTRUCTIONS}  # --instructions
 
 
 @dataclass(frozen=True)
@@ -88,6 +93,8 @@ class GroundingRow:
     cached: bool
     stop_reason: str  # why the answer's generation stopped ("repetition": the guard cut a loop)
     repeats_sentence: bool  # the answer (as given) still repeats one of its sentences
+    judge_p: float | None = None  # the answerability judge's p(answerable); None: no probe for the prompt
+    judged: bool = False  # refused by the judge before a word was written
 
     @property
     def correct(self) -> bool:
@@ -153,11 +160,35 @@ def auroc_interval(scores: list[float], labels: list[bool], rounds: int = 1000, 
     return [round(float(np.percentile(vals, 2.5)), 3), round(float(np.percentile(vals, 97.5)), 3)] if vals else None
 
 
-def _auroc_entry(rows: list[GroundingRow], label) -> dict:
-    scores, labels = [r.score for r in rows], [bool(label(r)) for r in rows]
+def _auroc_entry(rows: list[GroundingRow], label, score=lambda r: r.score) -> dict:
+    scores, labels = [score(r) for r in rows], [bool(label(r)) for r in rows]
     value = auroc(scores, labels)
     return {"auroc": None if value is None else round(value, 3), "ci95": auroc_interval(scores, labels),
             "positives": sum(labels), "negatives": len(labels) - sum(labels)}
+
+
+def judge_summary(rows: list[GroundingRow]) -> dict | None:
+    """How the answerability judge did: its p(answerable) against answerable-or-not, and the shares
+    of each kind it refused before a word (None: no question was judged)."""
+    judged = [r for r in rows if r.judge_p is not None]
+    if not judged:
+        return None
+    entry = _auroc_entry(judged, lambda r: r.answerable, lambda r: r.judge_p)
+    entry["auroc_answerable"] = entry.pop("auroc")
+
+    def share(group: list[GroundingRow]) -> float | None:
+        return round(float(np.mean([r.judged for r in group])), 3) if group else None
+
+    def median_s(group: list[GroundingRow]) -> float | None:
+        return round(float(np.median([r.answer_s for r in group])), 2) if group else None
+
+    early = [r for r in judged if r.judged]
+    return {**entry, "judged": len(judged),
+            "refused_early_unanswerable": share([r for r in judged if not r.answerable]),
+            "refused_early_answerable": share([r for r in judged if r.answerable]),
+            # what a refusal before a word saves: its seconds against a written answer's
+            "answer_s_median_refused_early": median_s(early),
+            "answer_s_median_written": median_s([r for r in judged if not r.judged])}
 
 
 def summarize(rows: list[GroundingRow]) -> dict:
@@ -174,6 +205,7 @@ def summarize(rows: list[GroundingRow]) -> dict:
         "refusal_accuracy": round(float(np.mean([r.refused for r in unanswerable])), 3) if unanswerable else None,
         "false_refusal_rate": round(float(np.mean([r.refused for r in answerable])), 3) if answerable else None,
         "overhead": round(sum(r.align_s for r in fresh) / sum(r.answer_s for r in fresh), 4) if fresh else None,
+        "judge": judge_summary(rows),
         "details": {
             "questions": len(rows), "answerable": len(answerable), "unanswerable": len(unanswerable),
             "model_refused": sum(r.model_refused for r in rows),
@@ -277,24 +309,25 @@ class Setup:
     model: str
     collection_key: str
     verifier: str = "target"  # Grounded's verifier option
+    instructions: str = QA_INSTRUCTIONS
 
 
 def setup(suite: str | None, data: str | None, split: str, n: int | None, seed: int, mode: str,
           model: str | None, verifier: str, config: EvidenceConfig | None,
-          endpoint: EndpointConfig | None = None) -> Setup:
+          endpoint: EndpointConfig | None = None, instructions: str = QA_INSTRUCTIONS) -> Setup:
     records = load_records(suite, data, split, n, seed)
     collection = qa_collection(f"grounding-{Path(data).stem if data else suite}-{split}", [r.qa for r in records])
     engine = EndpointEngine(endpoint) if endpoint else Engine.load(ModelConfig(model=model) if model else ModelConfig())
-    answerer = Answerer(engine, collection.index, config=AnswerConfig(instructions=QA_INSTRUCTIONS))
+    answerer = Answerer(engine, collection.index, config=AnswerConfig(instructions=instructions))
     config = config or EvidenceConfig.for_model(engine.model_name)
     return Setup(records, collection.docs, answerer, EvidenceAligner(collection.index.embedder, config=config),
-                 engine.model_name, collection.key, verifier)
+                 engine.model_name, collection.key, verifier, instructions)
 
 
 def run_question(s: Setup, rec: GroundingRecord, mode: str, k: int, gen: GenerationConfig,
                  cache: AnswerCache) -> tuple[GroundingRow, AnsweredQuestion]:
     """Answer (or re-use a cached answer), align it, and score both."""
-    key = cache.key(s.model, mode, QA_INSTRUCTIONS, rec.qa.question, k, gen.max_tokens, s.collection_key)
+    key = cache.key(s.model, mode, s.instructions, rec.qa.question, k, gen.max_tokens, s.collection_key)
     answered = cache.get(key)
     cached = answered is not None
     if answered is None:
@@ -318,11 +351,15 @@ def answer_question(answerer: Answerer, question: str, mode: str, gen: Generatio
     checked = set(result.evidence.cited + result.evidence.also_searched) if result.evidence is not None else set()
     hits = tuple(h for h in answerer.search(question, result.stats.search.k).hits if h.chunk_id in checked)
     # a mode that refuses what the documents do not support (Grounded) refused every unsupported answer
-    refused = is_refusal(short_answer(result.text)) or (answering.policy(request) == "refuse" and not result.supported)
+    judge = result.stats.judge
+    judged = judge is not None and judge.refused_early
+    refused = (judged or is_refusal(short_answer(result.text))
+               or (answering.policy(request) == "refuse" and not result.supported))
     generation = result.stats.generation
     stop_reason = generation.stop_reason if generation is not None else ""
-    confidence = generation.mean_logprob if generation is not None else None
-    return AnsweredQuestion(result.text.strip(), hits, refused, seconds, stop_reason, check_s, confidence)
+    confidence = generation.mean_logprob if generation is not None and not judged else None
+    return AnsweredQuestion(result.text.strip(), hits, refused, seconds, stop_reason, check_s, confidence,
+                            judge.p_answerable if judge is not None else None, judged)
 
 
 def score_row(s: Setup, rec: GroundingRecord, answered: AnsweredQuestion, cached: bool) -> GroundingRow:
@@ -335,16 +372,18 @@ def score_row(s: Setup, rec: GroundingRecord, answered: AnsweredQuestion, cached
                         contains_answer(answered.text, answers), answered.refused, evidence.score, evidence.support,
                         answered.refused or not evidence.supported, features_of(evidence), spans, on_gold,
                         answered.check_s or evidence.seconds, answered.seconds, cached, answered.stop_reason,
-                        repeated_sentence(answered.text) is not None)
+                        repeated_sentence(answered.text) is not None, answered.judge_p, answered.judged)
 
 
 def run_grounding(suite: str | None, data: str | None, n: int | None, seed: int = 0, split: str = "report",
                   mode: str = "plain", k: int = 5, model: str | None = None, verifier: str = "target",
                   config: EvidenceConfig | None = None, cache: bool = False, progress=None,
-                  calibrate: bool = False, out: str | None = None, endpoint: EndpointConfig | None = None) -> dict:
+                  calibrate: bool = False, out: str | None = None, endpoint: EndpointConfig | None = None,
+                  instructions: str = "qa") -> dict:
     """Answer and align every sampled question; with ``calibrate``, fit the constants on them.
-    ``out``: the summary so far is rewritten there after every question."""
-    s = setup(suite, data, split, n, seed, mode, model, verifier, config, endpoint)
+    ``out``: the summary so far is rewritten there after every question. ``instructions``: a key of
+    ``INSTRUCTIONS``."""
+    s = setup(suite, data, split, n, seed, mode, model, verifier, config, endpoint, INSTRUCTIONS[instructions])
     gen = GenerationConfig(max_tokens=32)
     store = AnswerCache(enabled=cache)
     rows, answers = [], []
@@ -357,7 +396,7 @@ def run_grounding(suite: str | None, data: str | None, n: int | None, seed: int 
         if out:
             write_json(out, {"partial": i + 1, **summarize(rows)})
     result = {"suite": Path(data).stem if data else suite, "split": split, "seed": seed, "mode": mode, "k": k,
-              "model": s.model, **summarize(rows)}
+              "instructions": instructions, "model": s.model, **summarize(rows)}
     if calibrate:
         fitted = fit_weights(rows, s.aligner.config)
         s.aligner = EvidenceAligner(s.aligner.embedder, config=fitted)
@@ -382,6 +421,9 @@ def add_bench_cli(bench_subparsers) -> None:
                    help="report: the half never used for calibration (default); calibration; all")
     p.add_argument("--mode", choices=list(MODES), default="plain")
     p.add_argument("--k", type=int, default=5, help="chunks per answer")
+    p.add_argument("--instructions", choices=list(INSTRUCTIONS), default="qa",
+                   help="qa: ask for a short answer phrase (the evidence constants were fitted so); app: the "
+                        "app's own, which the answerability judge's probe was fitted with")
     p.add_argument("--model", default=None)
     p.add_argument("--verifier", default="target", help="Grounded mode's verifier: target (the model itself) or a name")
     p.add_argument("--cache", action="store_true", help="re-use answers cached by an earlier run (and cache new ones)")
@@ -404,7 +446,7 @@ def cmd_grounding(args) -> int:
     t0 = time.perf_counter()
     result = run_grounding(args.suite, args.data, args.n, args.seed, args.split, args.mode, args.k, args.model,
                            args.verifier, cache=args.cache, progress=progress, calibrate=args.calibrate,
-                           out=args.out, endpoint=endpoint_config(args))
+                           out=args.out, endpoint=endpoint_config(args), instructions=args.instructions)
     result["seconds"] = round(time.perf_counter() - t0, 1)
     if args.out:
         write_json(args.out, result)
@@ -414,7 +456,8 @@ def cmd_grounding(args) -> int:
 def print_grounding(result: dict) -> None:
     d = result["details"]
     print(f"{result['suite']} ({result['split']} split, {d['questions']} questions: {d['answerable']} answerable, "
-          f"{d['unanswerable']} unanswerable), mode {result['mode']}, model {result['model']}")
+          f"{d['unanswerable']} unanswerable), mode {result['mode']}, {result['instructions']} instructions, "
+          f"model {result['model']}")
     print(f"AUROC (F1 >= 0.5)     {fmt(result['auroc'], '.3f')}  95% {d['auroc_f1']['ci95']}  "
           f"({d['auroc_f1']['positives']} correct / {d['auroc_f1']['negatives']} wrong)")
     print(f"AUROC (contains gold) {fmt(d['auroc_contained']['auroc'], '.3f')}  95% {d['auroc_contained']['ci95']}")
@@ -422,6 +465,15 @@ def print_grounding(result: dict) -> None:
           f"on {d['correct']} correct answers)")
     print(f"refusals              {fmt(result['refusal_accuracy'], '.3f')} of unanswerable, "
           f"{fmt(result['false_refusal_rate'], '.3f')} of answerable")
+    judge = result["judge"]
+    if judge is None:
+        print("judge                 none (no answerability probe for this model and these instructions)")
+    else:
+        print(f"judge                 AUROC (answerable) {fmt(judge['auroc_answerable'], '.3f')}  95% {judge['ci95']}; "
+              f"refused before a word {fmt(judge['refused_early_unanswerable'], '.3f')} of unanswerable, "
+              f"{fmt(judge['refused_early_answerable'], '.3f')} of answerable")
+        print(f"                      a refusal before a word took {judge['answer_s_median_refused_early']} s median, "
+              f"a written answer {judge['answer_s_median_written']} s")
     print(f"overhead              {fmt(result['overhead'], '.3f')} (alignment {d['align_ms_median']} ms median, "
           f"answer {d['answer_s_median']} s median)")
     print(f"repetition            guard stopped {d['repetition_guard_fired']} answers; "

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 
@@ -89,6 +89,22 @@ def test_summary_metrics():
     assert summarize([_row(0.5, cached=True)])["overhead"] is None  # no fresh answer timed
 
 
+def test_the_judge_is_scored_on_the_questions_it_judged():
+    """p(answerable) against answerable-or-not over the judged questions only, and the share of each
+    kind it refused before a word; no question judged (no probe for the prompt): no entry."""
+    def row(answerable: bool, p: float | None, judged: bool = False) -> GroundingRow:
+        return replace(_row(0.5, answerable=answerable), judge_p=p, judged=judged, answer_s=0.2 if judged else 1.0)
+
+    rows = [row(True, 0.9), row(True, 0.6), row(True, 0.1, judged=True), row(False, 0.3),
+            row(False, 0.05, judged=True), row(False, None)]
+    judge = summarize(rows)["judge"]
+    assert judge["auroc_answerable"] == round(5 / 6, 3)  # 0.1 (answerable) loses to 0.3 (not); the rest win
+    assert judge["judged"] == 5 and judge["positives"] == 3 and judge["negatives"] == 2
+    assert judge["refused_early_unanswerable"] == 0.5 and judge["refused_early_answerable"] == round(1 / 3, 3)
+    assert judge["answer_s_median_refused_early"] == 0.2 and judge["answer_s_median_written"] == 1.0
+    assert summarize([row(True, None), row(False, None)])["judge"] is None
+
+
 def test_refusal_threshold_keeps_false_refusals_within_bound():
     answerable = [_row(s / 20) for s in range(20)]  # scores 0.00 .. 0.95
     t = fit_refusal_threshold(answerable + [_row(0.99, answerable=False)])
@@ -142,7 +158,7 @@ def test_bench_grounding_runs_end_to_end(tmp_path):
     path = tmp_path / "tiny.jsonl"
     path.write_text("\n".join(json.dumps(x) for x in lines), encoding="utf-8")
     out = subprocess.run([sys.executable, "-m", "localrag", "bench", "grounding", "--data", str(path), "--split", "all",
-                          "--n", "3", "--json", "--out", str(tmp_path / "full.json")],
+                          "--n", "3", "--instructions", "app", "--json", "--out", str(tmp_path / "full.json")],
                          capture_output=True, text=True, timeout=900,
                          env={**__import__("os").environ, "LOCALRAG_CACHE_DIR": str(tmp_path / "cache")})
     assert out.returncode == 0, out.stderr[-2000:]
@@ -152,9 +168,13 @@ def test_bench_grounding_runs_end_to_end(tmp_path):
     assert result["details"]["questions"] == 3 and result["details"]["unanswerable"] == 1
     assert result["refusal_accuracy"] in (0.0, 1.0) and 0 <= result["false_refusal_rate"] <= 1
     assert 0 < result["overhead"] < 1
+    # the app's instructions: the default model's probe judges every question (a first question each)
+    assert result["instructions"] == "app" and result["judge"]["judged"] == 3
     rows = json.loads((tmp_path / "full.json").read_text())["rows"]
     assert [r["question"] for r in rows] == [x["question"] for x in lines] and all(r["answer_s"] > 0 for r in rows)
-    assert all(r["features"]["confidence"] is not None for r in rows)  # the model's own, from its generation
+    assert all(0 <= r["judge_p"] <= 1 for r in rows)
+    # the model's own confidence, from its generation (an answer the judge refused was not generated)
+    assert all(r["features"]["confidence"] is not None for r in rows if not r["judged"])
     bad = subprocess.run([sys.executable, "-m", "localrag", "bench", "grounding", "--data", str(path), "--calibrate"],
                          capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and "calibrate on --split calibration" in bad.stderr
