@@ -75,6 +75,9 @@ def create_app(services: Services, host: str = "127.0.0.1", api_key: str | None 
     return app
 
 
+STOP_GRACE_S = 2.0  # how long a stop waits for a response that has not begun before ending it
+
+
 class _Stopped(Exception):
     """SIGINT or SIGTERM, raised again by uvicorn once it has shut down gracefully."""
 
@@ -124,6 +127,11 @@ class EndStreams:
             await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             stopping.cancel()
+        if not task.done() and not started:
+            # a request whose response has not begun (Gradio's unqueued predict, an API call) finishes
+            # on its own: cancelled, Gradio's route prints the CancelledError's traceback (a Ctrl-C
+            # that came while the page's handler waited for a worker thread)
+            await asyncio.wait({task}, timeout=STOP_GRACE_S)
         if task.done():
             task.result()  # the response as the app gave it (its error raised as before)
             return
