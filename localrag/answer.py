@@ -491,12 +491,14 @@ class Answerer:
         return self._aligner
 
     def check(self, text: str, question: str, chunks: Sequence[ChunkLike],
-              copied: Sequence[CopiedSpan] = (), confidence: float | None = None) -> AnswerEvidence:
+              copied: Sequence[CopiedSpan] = (), confidence: float | None = None,
+              answerable: float | None = None) -> AnswerEvidence:
         """The sentence-level evidence of ``text`` in the chunks it was written from. ``copied``: the
         spans the decoder copied from them (Speedup), checked against the alignment and kept with it;
         ``confidence``: the answer model's mean log-probability of what it wrote
-        (``GenerationStats.mean_logprob``)."""
-        return self.evidence_aligner().align(text, chunks, question=question, copied=copied, confidence=confidence)
+        (``GenerationStats.mean_logprob``); ``answerable``: the judge's p(answerable) of the question."""
+        return self.evidence_aligner().align(text, chunks, question=question, copied=copied, confidence=confidence,
+                                             answerable=answerable)
 
     def close(self) -> None:
         """Close the models loaded beside the target (the target and the indexes belong to the caller)."""

@@ -481,6 +481,7 @@ class AnswerEvidence:
     unmatched: tuple[str, ...] = ()  # numbers and names of the question the evidence does not contain
     relevance: float | None = None  # highest cosine of the question to an evidence window (with an embedder)
     confidence: float | None = None  # the answer model's mean log-probability of its own tokens, where known
+    answerable: float | None = None  # the answerability judge's p(answerable) of the question, where judged
     threshold: float = 0.0  # the refusal threshold ``supported`` was decided by
     stats: AlignmentStats = field(compare=False, default=AlignmentStats(0.0))
     copied: tuple[CopiedSpan, ...] = field(compare=False, default=())  # the decoder's copy provenance
@@ -494,7 +495,7 @@ class AnswerEvidence:
                 "supported": self.supported, "cited": list(self.cited), "also_searched": list(self.also_searched),
                 "support": self.support, "context": self.context, "novel": self.novel,
                 "unmatched": list(self.unmatched), "relevance": self.relevance, "confidence": self.confidence,
-                "threshold": self.threshold,
+                "answerable": self.answerable, "threshold": self.threshold,
                 "stats": self.stats.to_dict(), "copied": [c.to_dict() for c in self.copied]}
 
     @classmethod

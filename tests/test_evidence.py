@@ -300,6 +300,20 @@ def test_the_models_confidence_moves_the_score_and_none_stands_at_the_default():
         unweighted.align("Marta Ilves", CHUNKS, question=QUESTION).score
 
 
+def test_the_judges_view_moves_the_score_and_none_stands_at_the_centre():
+    """The answerability judge's p(answerable) of the question, on the logit scale about its fitted
+    centre: the same words score lower where the judge read no answer in the sources; a question
+    it did not read (no probe, a follow-up) counts as the centre."""
+    aligner = EvidenceAligner(config=EvidenceConfig(weight_answerable=0.5, answerable_center=0.0))
+    sure, doubted, unknown, centre = (aligner.align("Marta Ilves", CHUNKS, question=QUESTION, answerable=p)
+                                      for p in (0.95, 0.05, None, 0.5))
+    assert sure.score > unknown.score > doubted.score and unknown.score == pytest.approx(centre.score)
+    assert sure.support == doubted.support and doubted.answerable == 0.05 and unknown.answerable is None
+    unweighted = EvidenceAligner(config=EvidenceConfig(weight_answerable=0.0))
+    assert unweighted.align("Marta Ilves", CHUNKS, question=QUESTION, answerable=0.05).score == \
+        unweighted.align("Marta Ilves", CHUNKS, question=QUESTION).score
+
+
 def test_evidence_and_the_answer_result_holding_it_survive_json(aligner):
     """The chat history stores results as JSON: what is read back equals what was written, the
     copy provenance and the alignment stats included."""

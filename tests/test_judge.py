@@ -130,6 +130,7 @@ def test_a_judged_unanswerable_prompt_is_refused_before_a_word_is_written(mode, 
         without = _answer(mode, engine, index)
         assert without.stats.judge.judge.startswith(EVIDENCE_ONLY) and "no answerability probe" in without.stats.judge.judge
         assert without.stats.judge.p_answerable is None and without.stats.generation.generated_tokens > 0
+        assert without.evidence.answerable is None  # no judge: its term stands at its centre
         engine.backend.close()
 
         _probe(refuse_below=0.9).save()  # p(answerable) is 0.5: below, so refused
@@ -178,6 +179,7 @@ def test_a_judged_unanswerable_prompt_is_refused_before_a_word_is_written(mode, 
         engine = Engine.load(ModelConfig(model=MODEL, n_ctx=2048))
         answered = _answer(mode, engine, index)
         assert not answered.stats.judge.refused_early and answered.stats.judge.p_answerable == pytest.approx(0.5)
+        assert answered.evidence.answerable == answered.stats.judge.p_answerable  # the check weighs the judge's view
         assert answered.text == without.text  # the tap changes no token
         engine.backend.close()
     finally:

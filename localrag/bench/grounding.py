@@ -43,6 +43,7 @@ from pathlib import Path
 
 import numpy as np
 from scipy.optimize import minimize
+from scipy.special import logit
 
 from localrag.answer import RAG_INSTRUCTIONS, AnswerConfig, Answerer
 from localrag.app.options import add_endpoint_args, endpoint_config
@@ -59,11 +60,20 @@ from localrag.bench.common import (
     score_answer,
     write_json,
 )
-from localrag.bench.data import QA_SUITES, SPLITS, GroundingRecord, doc_number, load_records, qa_collection
+from localrag.bench.data import (
+    QA_SUITES,
+    SPLITS,
+    GroundingRecord,
+    doc_number,
+    load_records,
+    qa_collection,
+    sample,
+)
 from localrag.config import GenerationConfig, ModelConfig
 from localrag.engine import Engine
 from localrag.evidence import AnswerEvidence, EvidenceAligner, EvidenceConfig, is_refusal
 from localrag.grounded.scoring import short_answer
+from localrag.judge import Probe
 from localrag.modes import MODES, AnswerRequest, get_mode
 
 MAX_REFUSALS_OF_ANSWERABLE = 0.15  # the refusal threshold is the highest that stays within this
@@ -167,6 +177,11 @@ def _auroc_entry(rows: list[GroundingRow], label, score=lambda r: r.score) -> di
             "positives": sum(labels), "negatives": len(labels) - sum(labels)}
 
 
+def share(rows: list[GroundingRow], flag) -> float | None:
+    """The share of ``rows`` that ``flag`` holds for (None: no rows)."""
+    return round(float(np.mean([bool(flag(r)) for r in rows])), 3) if rows else None
+
+
 def judge_summary(rows: list[GroundingRow]) -> dict | None:
     """How the answerability judge did: its p(answerable) against answerable-or-not, and the shares
     of each kind it refused before a word (None: no question was judged)."""
@@ -176,16 +191,13 @@ def judge_summary(rows: list[GroundingRow]) -> dict | None:
     entry = _auroc_entry(judged, lambda r: r.answerable, lambda r: r.judge_p)
     entry["auroc_answerable"] = entry.pop("auroc")
 
-    def share(group: list[GroundingRow]) -> float | None:
-        return round(float(np.mean([r.judged for r in group])), 3) if group else None
-
     def median_s(group: list[GroundingRow]) -> float | None:
         return round(float(np.median([r.answer_s for r in group])), 2) if group else None
 
     early = [r for r in judged if r.judged]
     return {**entry, "judged": len(judged),
-            "refused_early_unanswerable": share([r for r in judged if not r.answerable]),
-            "refused_early_answerable": share([r for r in judged if r.answerable]),
+            "refused_early_unanswerable": share([r for r in judged if not r.answerable], lambda r: r.judged),
+            "refused_early_answerable": share([r for r in judged if r.answerable], lambda r: r.judged),
             # what a refusal before a word saves: its seconds against a written answer's
             "answer_s_median_refused_early": median_s(early),
             "answer_s_median_written": median_s([r for r in judged if not r.judged])}
@@ -202,8 +214,8 @@ def summarize(rows: list[GroundingRow]) -> dict:
     return {
         "auroc": by_f1["auroc"],
         "citation_precision": round(sum(r.cited_on_gold for r in correct) / spans, 3) if spans else None,
-        "refusal_accuracy": round(float(np.mean([r.refused for r in unanswerable])), 3) if unanswerable else None,
-        "false_refusal_rate": round(float(np.mean([r.refused for r in answerable])), 3) if answerable else None,
+        "refusal_accuracy": share(unanswerable, lambda r: r.refused),
+        "false_refusal_rate": share(answerable, lambda r: r.refused),
         "overhead": round(sum(r.align_s for r in fresh) / sum(r.answer_s for r in fresh), 4) if fresh else None,
         "judge": judge_summary(rows),
         "details": {
@@ -228,8 +240,9 @@ def summarize(rows: list[GroundingRow]) -> dict:
 
 
 # ------------------------------------------------------------------ calibration
-FEATURES = ("exact", "overlap", "embedding", "missing", "context", "unmatched", "novel", "relevance", "confidence")
-SIGNS = (1, 1, 1, -1, 1, -1, 1, 1, 1)  # the direction each signal may move the support: fitted weights keep it
+FEATURES = ("exact", "overlap", "embedding", "missing", "context", "unmatched", "novel", "relevance", "confidence",
+            "answerable")
+SIGNS = (1, 1, 1, -1, 1, -1, 1, 1, 1, 1)  # the direction each signal may move the support: fitted weights keep it
 
 
 def features_of(evidence: AnswerEvidence) -> dict:
@@ -247,7 +260,9 @@ def features_of(evidence: AnswerEvidence) -> dict:
             "missing": mean([bool(x.signals.missing) for x in s]), "context": evidence.context,
             "unmatched": float(bool(evidence.unmatched)), "novel": evidence.novel,
             "relevance": evidence.relevance if evidence.relevance is not None else 0.0,
-            "confidence": evidence.confidence, "found": mean([bool(x.spans) for x in s])}
+            "confidence": evidence.confidence, "found": mean([bool(x.spans) for x in s]),
+            "answerable": None if evidence.answerable is None
+            else float(logit(np.clip(evidence.answerable, 1e-6, 1 - 1e-6)))}
 
 
 def fit_weights(rows: list[GroundingRow], base: EvidenceConfig, label: str = "contained") -> EvidenceConfig:
@@ -256,19 +271,23 @@ def fit_weights(rows: list[GroundingRow], base: EvidenceConfig, label: str = "co
     fit = [r for r in rows if not r.model_refused and r.score > 0]  # a score of 0 is the rule: nothing found
     # an answer without a confidence (a serving engine's) gets the median of those with one, which
     # is also what stands in for it when the fitted constants meet such an answer
-    known = [r.features["confidence"] for r in fit if r.features["confidence"] is not None]
-    default = float(np.median(known)) if known else base.confidence_default
-    x = np.array([[default if r.features[f] is None else r.features[f] for f in FEATURES] for r in fit])
+    defaults = {}
+    for f, fallback in (("confidence", base.confidence_default), ("answerable", base.answerable_center)):
+        known = [r.features.get(f) for r in fit if r.features.get(f) is not None]
+        defaults[f] = float(np.median(known)) if known else fallback
+    x = np.array([[defaults[f] if r.features.get(f) is None else r.features[f] for f in FEATURES] for r in fit])
     y = np.array([(r.contained if label == "contained" else r.correct) and r.answerable for r in fit], dtype=float)
     coef, intercept = signed_logistic(x, y, SIGNS)
     w = dict(zip(FEATURES, coef.tolist(), strict=True))
     # The sentence logit holds everything but the answer-level terms, which enter as (x - 1), and the
-    # confidence, which enters as (x - default):
-    bias = intercept + w["context"] + w["novel"] + w["relevance"] + w["confidence"] * default
+    # confidence and the judge's logit, which enter as (x - default):
+    bias = (intercept + w["context"] + w["novel"] + w["relevance"] + w["confidence"] * defaults["confidence"]
+            + w["answerable"] * defaults["answerable"])
     return replace(base, weight_exact=w["exact"], weight_overlap=w["overlap"], weight_embedding=w["embedding"],
                    weight_missing=w["missing"], weight_context=w["context"], weight_unmatched=w["unmatched"],
                    weight_novel=w["novel"], weight_relevance=w["relevance"], weight_confidence=w["confidence"],
-                   confidence_default=default, bias=bias)
+                   confidence_default=defaults["confidence"], weight_answerable=w["answerable"],
+                   answerable_center=defaults["answerable"], bias=bias)
 
 
 def signed_logistic(x: np.ndarray, y: np.ndarray, signs: tuple[int, ...], l2: float = 1.0) -> tuple[np.ndarray, float]:
@@ -290,13 +309,21 @@ def signed_logistic(x: np.ndarray, y: np.ndarray, signs: tuple[int, ...], l2: fl
 
 def fit_refusal_threshold(rows: list[GroundingRow]) -> float:
     """The highest threshold that refuses (with the model's own refusals) at most
-    MAX_REFUSALS_OF_ANSWERABLE of the answerable questions."""
+    MAX_REFUSALS_OF_ANSWERABLE of the answerable questions. Where the model's own refusals (its
+    "not in the documents", the judge's refusals before a word) already pass that, no threshold
+    keeps within it, and the one that refuses the most more of the unanswerable questions than of
+    the answerable ones (Youden's J) is taken: a score of 0 would warn on nothing."""
     answerable = [r for r in rows if r.answerable]
-    best = 0.0
-    for t in sorted({r.score for r in rows}):
-        if np.mean([r.model_refused or r.score < t for r in answerable]) <= MAX_REFUSALS_OF_ANSWERABLE:
-            best = t
-    return best
+    unanswerable = [r for r in rows if not r.answerable]
+    thresholds = sorted({r.score for r in rows})
+
+    def refused(group: list[GroundingRow], t: float) -> float:
+        return float(np.mean([r.model_refused or r.score < t for r in group])) if group else 0.0
+
+    within = [t for t in thresholds if refused(answerable, t) <= MAX_REFUSALS_OF_ANSWERABLE]
+    if within or not unanswerable:
+        return max(within, default=0.0)
+    return max(thresholds, key=lambda t: (refused(unanswerable, t) - refused(answerable, t), -t))
 
 
 # ------------------------------------------------------------------ runner
@@ -315,13 +342,28 @@ class Setup:
 def setup(suite: str | None, data: str | None, split: str, n: int | None, seed: int, mode: str,
           model: str | None, verifier: str, config: EvidenceConfig | None,
           endpoint: EndpointConfig | None = None, instructions: str = QA_INSTRUCTIONS) -> Setup:
-    records = load_records(suite, data, split, n, seed)
-    collection = qa_collection(f"grounding-{Path(data).stem if data else suite}-{split}", [r.qa for r in records])
     engine = EndpointEngine(endpoint) if endpoint else Engine.load(ModelConfig(model=model) if model else ModelConfig())
+    probe = Answerer(engine, None, config=AnswerConfig(instructions=instructions)).probe()
+    records = questions(suite, data, split, n, seed, probe)
+    collection = qa_collection(f"grounding-{Path(data).stem if data else suite}-{split}", [r.qa for r in records])
     answerer = Answerer(engine, collection.index, config=AnswerConfig(instructions=instructions))
     config = config or EvidenceConfig.for_model(engine.model_name)
     return Setup(records, collection.docs, answerer, EvidenceAligner(collection.index.embedder, config=config),
                  engine.model_name, collection.key, verifier, instructions)
+
+
+def questions(suite: str | None, data: str | None, split: str, n: int | None, seed: int,
+              probe: Probe | None) -> list[GroundingRecord]:
+    """The seeded sample of the split, without the questions the judge's probe was fitted on (its
+    own seeded sample, ``bench judge``), so the judge is never scored, nor combined with the
+    evidence, on its training data. (Those lie in SQuAD's calibration half: a report-half sample is
+    the plain seeded sample.)"""
+    records = load_records(suite, data, split, None, seed)
+    f = probe.fitted if probe is not None else {}
+    if data is None and f.get("suite") == suite:
+        seen = {r.qa.question for r in load_records(f["suite"], None, f["split"], f["n_sampled"], f["seed"])}
+        records = [r for r in records if r.qa.question not in seen]
+    return sample(records, n, seed)
 
 
 def run_question(s: Setup, rec: GroundingRecord, mode: str, k: int, gen: GenerationConfig,
@@ -363,7 +405,8 @@ def answer_question(answerer: Answerer, question: str, mode: str, gen: Generatio
 
 
 def score_row(s: Setup, rec: GroundingRecord, answered: AnsweredQuestion, cached: bool) -> GroundingRow:
-    evidence = s.aligner.align(answered.text, answered.hits, question=rec.qa.question, confidence=answered.confidence)
+    evidence = s.aligner.align(answered.text, answered.hits, question=rec.qa.question, confidence=answered.confidence,
+                               answerable=answered.judge_p)
     prediction = short_answer(answered.text)
     answers = rec.qa.answers
     f1 = score_answer(prediction, answers)["f1"] if answers else 0.0

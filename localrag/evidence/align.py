@@ -148,9 +148,11 @@ class EvidenceAligner:
 
     # ---------------------------------------------------------------- aligning
     def align(self, answer: str, chunks: Sequence[EvidenceChunk], question: str = "",
-              copied: Sequence[CopiedSpan] = (), confidence: float | None = None) -> AnswerEvidence:
+              copied: Sequence[CopiedSpan] = (), confidence: float | None = None,
+              answerable: float | None = None) -> AnswerEvidence:
         """The evidence of every sentence of ``answer`` in ``chunks`` (see the module docstring).
-        ``confidence``: the mean log-probability the answer model gave its own tokens, where known."""
+        ``confidence``: the mean log-probability the answer model gave its own tokens, where known;
+        ``answerable``: the answerability judge's p(answerable) of the question, where it read it."""
         t0 = time.perf_counter()
         prepared = [self._prepare(c.text) for c in chunks]
         question_tokens = self.tokenize(question)
@@ -167,7 +169,8 @@ class EvidenceAligner:
         context, unmatched = _question_match(question_tokens, question_stems, found, prepared)
         n_novel = sum(f.n_novel for f in found)
         novel = sum(f.n_novel_supported for f in found) / n_novel if n_novel else 0.0
-        score, support = self._answer_score(found, sentences, context, unmatched, novel, relevance, confidence)
+        score, support = self._answer_score(found, sentences, context, unmatched, novel, relevance, confidence,
+                                            answerable)
         confirmed = sum(self._confirms(cp, answer, found, chunks) for cp in copied)
         stats = AlignmentStats(time.perf_counter() - t0, sum(j is not None for j in judged), judge_seconds,
                                len(copied), confirmed)
@@ -176,7 +179,8 @@ class EvidenceAligner:
         supported = score >= self.config.refusal_threshold and bool(cited)
         return AnswerEvidence(sentences, score, supported, cited, also,
                               support=support, context=context, novel=novel, unmatched=unmatched,
-                              relevance=relevance, confidence=confidence, threshold=self.config.refusal_threshold,
+                              relevance=relevance, confidence=confidence, answerable=answerable,
+                              threshold=self.config.refusal_threshold,
                               stats=stats, copied=tuple(copied))
 
     def _sentence(self, answer: str, a: int, b: int, chunks: Sequence[EvidenceChunk],
@@ -293,12 +297,13 @@ class EvidenceAligner:
 
     def _answer_score(self, found: list[_Found], sentences: Sequence[SentenceEvidence], context: float,
                       unmatched: tuple[str, ...], novel: float, relevance: float | None,
-                      confidence: float | None) -> tuple[float, float]:
+                      confidence: float | None, answerable: float | None) -> tuple[float, float]:
         """(score, support): support is the content-weighted mean sentence score; the score moves
         it, on the logit scale, by how well the evidence meets the question (its words, its numbers
-        and names), holds what the answer adds to it, and by how sure the model was of its words
+        and names), holds what the answer adds to it, by how sure the model was of its words
         (a model that reads the answer in its sources gives it high probability; one that guesses,
-        or answers a question the sources only resemble, spreads it)."""
+        or answers a question the sources only resemble, spreads it), and by the answerability
+        judge's view of the question before a word was written (``localrag.judge``)."""
         support = float(np.average([s.score for s in sentences], weights=[max(1, f.n_content) for f in found])
                         ) if sentences else 0.0
         if support == 0.0:
@@ -308,7 +313,9 @@ class EvidenceAligner:
              + cfg.weight_novel * (novel - 1.0)
              + cfg.weight_relevance * ((cfg.relevance_default if relevance is None else relevance) - 1.0)
              + cfg.weight_confidence * ((cfg.confidence_default if confidence is None else confidence)
-                                        - cfg.confidence_default))
+                                        - cfg.confidence_default)
+             + cfg.weight_answerable * ((cfg.answerable_center if answerable is None else _logit(answerable))
+                                        - cfg.answerable_center))
         return _sigmoid(z), support
 
     def _confirms(self, cp: CopiedSpan, answer: str, found: list[_Found], chunks: Sequence[EvidenceChunk]) -> bool:

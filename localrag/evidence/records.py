@@ -62,7 +62,10 @@ class EvidenceConfig:
     (Qwen2.5-Coder-1.5B-Instruct), fitted on that seeded 100-question sample (56 answerable, 44 not;
     83 answered). ``for_model`` gives the bundled small models their own fit (made before the
     confidence existed: its weight is 0 there). ``sentence_threshold`` is the same threshold applied
-    to one sentence."""
+    to one sentence. The answerability judge's p(answerable) is a signal ``--calibrate`` fits
+    (``weight_answerable``) but not yet adopted: fitted with the app's instructions it separated
+    held-out answerable questions from unanswerable ones far better, at a threshold that warned on
+    45% of the answerable ones (docs/benchmarks.md, "The judge's p in the evidence score")."""
 
     weight_exact: float = 0.3246
     weight_overlap: float = 0.1341
@@ -75,6 +78,8 @@ class EvidenceConfig:
     relevance_default: float = 0.5  # stands in for the relevance signal when no embedder is given
     weight_confidence: float = 0.9203  # answer level: logit moves by weight * (confidence - confidence_default)
     confidence_default: float = -0.1865  # stands in for the answer model's confidence where it is unknown
+    weight_answerable: float = 0.0  # answer level: logit moves by weight * (logit p(answerable) - answerable_center)
+    answerable_center: float = 0.0  # stands in for the answerability judge's logit where no judge read the question
     weight_judge: float = 0.0  # the judge is off by default: see the README (AUROC 0.52, ~1 s per answer)
     judge_center: float = 0.0  # the judge's logit is centred on this
     embedding_default: float = 0.5  # stands in for the embedding signal when no embedder is given

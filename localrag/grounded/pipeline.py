@@ -251,6 +251,8 @@ def decide(question: str, drafted: Drafted, own: GroundedDraft | None, own_resul
     number, name or unit found in no chunk and not in the question can be chosen, and none at all
     when the answerability judge refused the answer model's before it was written."""
     gs = drafted.extras
+    judge = own_result.stats.judge if own_result is not None and own_result.stats is not None else None
+    answerable = judge.p_answerable if judge is not None else None
     evidence: dict[int, AnswerEvidence] = {}
     for j, d in enumerate(drafted.drafts):
         if not may_answer(d):
@@ -260,7 +262,7 @@ def decide(question: str, drafted: Drafted, own: GroundedDraft | None, own_resul
         if foreign:
             d.check = f'"{foreign[0]}" is in no document'
         elif aligner is not None:
-            evidence[j], d.check = check_draft(aligner, d, sources, question)
+            evidence[j], d.check = check_draft(aligner, d, sources, question, answerable)
     candidates = ([own] if own is not None else []) + drafted.drafts
     gs.drafts, gs.n_drafts = candidates, len(candidates)
     stats = drafted.stats
@@ -301,13 +303,14 @@ YES_NO = ("yes", "no")  # answers no text holds word for word: their rationale i
 
 
 def check_draft(aligner: EvidenceAligner, draft: GroundedDraft, chunks: Sequence[EvidenceChunk],
-                question: str) -> tuple[AnswerEvidence, str]:
+                question: str, answerable: float | None = None) -> tuple[AnswerEvidence, str]:
     """(the evidence of the draft's text, answer then rationale, in ``chunks``; why the documents do
     not support it, '' when they do). Checked as one, a rationale quoted from a chunk lifts the
     answer's support past the threshold even when the answer itself is found nowhere ("1200 watts"
     beside a quoted sentence about litres), so each sentence of the answer must be supported too,
-    except a bare yes or no, which no text holds word for word."""
-    evidence = aligner.align(draft.text, chunks, question=question)
+    except a bare yes or no, which no text holds word for word. ``answerable``: the judge's
+    p(answerable) of the question, which weighs on every candidate alike."""
+    evidence = aligner.align(draft.text, chunks, question=question, answerable=answerable)
     if not evidence.supported:
         return evidence, unsupported_reason(evidence)
     own = [s for s in evidence.sentences if s.start < len(draft.answer)]

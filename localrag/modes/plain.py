@@ -126,7 +126,8 @@ class PlainMode(AnswerMode):
                                searched=ready.found.searched, notes=ready.notes)
             return
         evidence = answerer.check(text, request.question, ready.found.hits, self.copied(generation, text, ready.found),
-                                  confidence=generation.stats.mean_logprob)
+                                  confidence=generation.stats.mean_logprob,
+                                  answerable=judgement.p_answerable if judgement is not None else None)
         stats.total_s = time.perf_counter() - t0
         yield checked_result(text, self.id, evidence, ready.found.hits, stats, ready.found.searched,
                              self.policy(request), notes=ready.notes)

@@ -28,9 +28,11 @@ from localrag.bench.grounding import (
     cited_on_gold,
     fit_refusal_threshold,
     fit_weights,
+    questions,
     summarize,
 )
 from localrag.evidence import EvidenceAligner, EvidenceConfig
+from localrag.judge import PROBES_DIR, Probe
 
 
 def test_auroc_counts_ties_half_and_needs_both_classes():
@@ -113,6 +115,16 @@ def test_refusal_threshold_keeps_false_refusals_within_bound():
     assert sum(r.score < t2 for r in answerable) == 0  # the model's own refusals use up the allowance
 
 
+def test_past_the_allowance_the_threshold_refuses_most_unanswerable_for_answerable():
+    """The model's own refusals alone pass the allowance (as the app's prompt makes the 1.5B decline
+    one answerable SQuAD question in six): the threshold is not 0, which would warn on nothing, but
+    the one that refuses the most more unanswerable questions than answerable ones."""
+    answerable = [_row(0.5, model_refused=True)] * 4 + [_row(s / 10) for s in range(3, 9)]  # 0.3 .. 0.8
+    unanswerable = [_row(s, answerable=False) for s in (0.1, 0.2, 0.25, 0.35, 0.6)]
+    t = fit_refusal_threshold(answerable + unanswerable)
+    assert t == 0.4  # 4 of 5 unanswerable refused for 1 of the 6 answered; 0.3 refuses 3 for none (J 0.2 < 0.3)
+
+
 def test_the_fit_weighs_the_models_confidence_and_fills_it_in_where_unknown():
     """Right answers written surely, wrong ones guessed: the confidence gets a positive weight, the
     fitted default is the median known confidence, and an answer without one is fitted at it."""
@@ -125,6 +137,37 @@ def test_the_fit_weighs_the_models_confidence_and_fills_it_in_where_unknown():
     fitted = fit_weights(rows + [row(True, None)], EvidenceConfig(), label="correct")
     assert fitted.weight_confidence > 0
     assert fitted.confidence_default == pytest.approx((-1.0 - 0.4) / 2)  # the median of the 16 known
+
+
+def test_the_fit_weighs_the_judge_and_centres_it_where_no_judge_read():
+    """Right answers to questions the judge thought answerable, wrong ones to questions it doubted:
+    its logit gets a positive weight, centred on the median judged logit, which also stands in for an
+    answer no judge read."""
+    def row(correct: bool, judged_logit: float | None) -> GroundingRow:
+        features = {**dict.fromkeys(FEATURES, 0.5), "confidence": -0.3, "answerable": judged_logit}
+        return GroundingRow("q", ["a"], "ans", "ans", True, 1.0 if correct else 0.0, correct, False, 0.5, 0.5,
+                            False, features, 0, 0, 0.01, 1.0, False, "eog", False)
+
+    rows = [row(True, 1.0 + 0.2 * i) for i in range(8)] + [row(False, -2.0 + 0.2 * i) for i in range(8)]
+    fitted = fit_weights(rows + [row(True, None)], EvidenceConfig(), label="correct")
+    assert fitted.weight_answerable > 0
+    assert fitted.answerable_center == pytest.approx((-0.6 + 1.0) / 2)  # the median of the 16 judged
+    aligner = EvidenceAligner(config=fitted)
+    assert aligner.align("Marta Ilves", [], answerable=0.9).answerable == 0.9
+
+
+def test_calibration_questions_leave_out_the_judges_own():
+    """The shipped probe was fitted on a seeded sample of SQuAD's calibration half: a calibration
+    run never asks those questions (the judge would be combined on its training data), and a
+    report-half run is the plain seeded sample (its cached answers stay valid)."""
+    probe = Probe.load(next(PROBES_DIR.glob("*.json")))
+    f = probe.fitted
+    seen = {r.qa.question for r in load_records(f["suite"], None, f["split"], f["n_sampled"], f["seed"])}
+    cal = questions("squad", None, "calibration", 200, 0, probe)
+    assert len(cal) == 200 and not seen & {r.qa.question for r in cal}
+    assert seen & {r.qa.question for r in load_records("squad", None, "calibration", 200, 0)}  # it would have
+    report = [r.qa.question for r in questions("squad", None, "report", 200, 0, probe)]
+    assert report == [r.qa.question for r in load_records("squad", None, "report", 200, 0)]
 
 
 def test_jsonl_records_and_a_split_kept_apart(tmp_path):

@@ -11,11 +11,11 @@ from __future__ import annotations
 import math
 
 from localrag.config import GroundedConfig
-from localrag.evidence import EvidenceAligner
+from localrag.evidence import EvidenceAligner, EvidenceConfig
 from localrag.grounded.extras import ANSWER_MODEL, GroundedDraft, GroundedExtras
 from localrag.grounded.pipeline import Drafted, agree, decide
 from localrag.rag.records import Hit
-from localrag.results import AnswerResult, AnswerStats, Citation
+from localrag.results import AnswerResult, AnswerStats, Citation, Judgement
 
 LIGHTHOUSE = Hit("light", "Ilse Marrow repainted the lamp room in 1932. The lamp itself was replaced in 1951 by an "
                  "electric lantern from Glasgow.", "lighthouse.md", None, 1, 2, (), 0.8, 3.0, 0.03)
@@ -67,6 +67,26 @@ def test_a_draft_needs_its_own_check_and_another_candidate_that_agrees():
                     own, own_result, aligner, CFG)
     assert agreed.supported and agreed.text == "in 1951" and agreed.extras.chosen() == 1
     assert [c.chunk_id for c in agreed.citations] == ["light"]
+
+
+def test_the_judges_view_of_the_question_weighs_on_every_draft():
+    """One refusal decision for every candidate: the answerability judge's p(answerable), read
+    before the answer model wrote a word, enters each draft's evidence check as it enters the
+    answer model's; a question it thinks unanswerable leaves two agreeing drafts unsupported."""
+    aligner = EvidenceAligner(config=EvidenceConfig(weight_answerable=2.0, answerable_center=0.0))
+    drafts = [_draft("in 1951", (0,)), _draft("1951", (0,), score=-1.5)]
+    verdicts = {}
+    for p in (None, 0.02):
+        own, own_result = _own("not in the documents", aligner, check="declined")
+        own.answer = ""
+        own_result = AnswerResult(text="", mode="plain", citations=[], supported=False, searched="searched",
+                                  stats=AnswerStats(mode="plain", judge=Judgement("probe", p)))
+        verdicts[p] = decide(QUESTION, _drafted([_draft(d.answer, d.subset, d.score) for d in drafts]),
+                             own, own_result, aligner, CFG)
+    assert verdicts[None].supported and verdicts[None].evidence.answerable is None
+    doubted = verdicts[0.02]
+    assert not doubted.supported and doubted.extras.chosen() is None
+    assert all(d.check for d in doubted.extras.drafts[1:])  # each draft's own check failed
 
 
 def test_a_draft_with_a_word_from_no_document_is_never_chosen():
