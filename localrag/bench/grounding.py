@@ -43,7 +43,6 @@ from pathlib import Path
 
 import numpy as np
 from scipy.optimize import minimize
-from scipy.special import logit
 
 from localrag.answer import RAG_INSTRUCTIONS, AnswerConfig, Answerer
 from localrag.app.options import add_endpoint_args, endpoint_config
@@ -72,6 +71,7 @@ from localrag.bench.data import (
 from localrag.config import GenerationConfig, ModelConfig
 from localrag.engine import Engine
 from localrag.evidence import AnswerEvidence, EvidenceAligner, EvidenceConfig, is_refusal
+from localrag.evidence.align import logit
 from localrag.grounded.scoring import short_answer
 from localrag.judge import Probe
 from localrag.modes import MODES, AnswerRequest, get_mode
@@ -261,8 +261,7 @@ def features_of(evidence: AnswerEvidence) -> dict:
             "unmatched": float(bool(evidence.unmatched)), "novel": evidence.novel,
             "relevance": evidence.relevance if evidence.relevance is not None else 0.0,
             "confidence": evidence.confidence, "found": mean([bool(x.spans) for x in s]),
-            "answerable": None if evidence.answerable is None
-            else float(logit(np.clip(evidence.answerable, 1e-6, 1 - 1e-6)))}
+            "answerable": None if evidence.answerable is None else logit(evidence.answerable)}
 
 
 def fit_weights(rows: list[GroundingRow], base: EvidenceConfig, label: str = "contained") -> EvidenceConfig:

@@ -277,7 +277,7 @@ class EvidenceAligner:
              + cfg.weight_embedding * (cfg.embedding_default if embedding is None else embedding)
              + cfg.weight_missing * bool(f.missing))
         if judge is not None:
-            z += cfg.weight_judge * (_logit(judge) - cfg.judge_center)
+            z += cfg.weight_judge * (logit(judge) - cfg.judge_center)
         score = _sigmoid(z) if f.spans else 0.0
         if not f.spans:
             reason = "not found in the sources"
@@ -309,12 +309,12 @@ class EvidenceAligner:
         if support == 0.0:
             return 0.0, 0.0
         cfg = self.config
-        z = (_logit(support) + cfg.weight_context * (context - 1.0) + cfg.weight_unmatched * bool(unmatched)
+        z = (logit(support) + cfg.weight_context * (context - 1.0) + cfg.weight_unmatched * bool(unmatched)
              + cfg.weight_novel * (novel - 1.0)
              + cfg.weight_relevance * ((cfg.relevance_default if relevance is None else relevance) - 1.0)
              + cfg.weight_confidence * ((cfg.confidence_default if confidence is None else confidence)
                                         - cfg.confidence_default)
-             + cfg.weight_answerable * ((cfg.answerable_center if answerable is None else _logit(answerable))
+             + cfg.weight_answerable * ((cfg.answerable_center if answerable is None else logit(answerable))
                                         - cfg.answerable_center))
         return _sigmoid(z), support
 
@@ -492,7 +492,7 @@ def _claim(question: str, sentence: str) -> str:
     return f"{question.strip()} {sentence.strip()}".strip()
 
 
-def _logit(p: float) -> float:
+def logit(p: float) -> float:
     p = min(max(p, 1e-6), 1 - 1e-6)
     return math.log(p / (1 - p))
 
