@@ -270,6 +270,15 @@ class ChunkReadiness:
         return not self.stopped and (self.full or self.ready >= self.total)
 
 
+def engine_probe(engine: Engine | EndpointEngine, instructions: str) -> Probe | None:
+    """The answerability probe shipped for the engine's model file and these instructions; None for a
+    serving engine or a model without one."""
+    spec = None if isinstance(engine, EndpointEngine) else getattr(engine.backend, "model_spec", None)
+    if spec is None or spec.format != "gguf":
+        return None
+    return find_probe(file_sha256(Path(spec.path)), instructions)
+
+
 class Answerer:
     """What every mode shares: the target, the indexes, the models beside the target, the search,
     the prompt and the check (the module docstring). ``indexes``: every collection's (an IndexSet),
@@ -455,11 +464,7 @@ class Answerer:
     def probe(self) -> Probe | None:
         """The answerability probe for the answer model's file and these instructions, if one ships."""
         if self._probe is None:
-            spec = getattr(self.engine.backend, "model_spec", None) if not self.remote else None
-            found = None
-            if spec is not None and spec.format == "gguf":
-                found = find_probe(file_sha256(Path(spec.path)), self.config.instructions)
-            self._probe = (found,)
+            self._probe = (engine_probe(self.engine, self.config.instructions),)
         return self._probe[0]
 
     def judge_prompt(self, question: str, hits: Sequence[Hit], gen: GenerationConfig) -> list[int]:

@@ -115,18 +115,20 @@ class AnsweredQuestion:
     confidence: float | None = None  # GenerationStats.mean_logprob (None for Grounded and serving engines)
     judge_p: float | None = None  # the answerability judge's p(answerable) (None: no probe for the prompt)
     judged: bool = False  # the judge refused it before a word was written
+    placed_tokens: int = 0  # prompt tokens whose KV came from the chunk cache (the approximate prefill)
 
     def to_dict(self) -> dict:
         return {"text": self.text, "hits": [h.to_dict() for h in self.hits], "refused": self.refused,
                 "seconds": self.seconds, "stop_reason": self.stop_reason, "check_s": self.check_s,
-                "confidence": self.confidence, "judge_p": self.judge_p, "judged": self.judged}
+                "confidence": self.confidence, "judge_p": self.judge_p, "judged": self.judged,
+                "placed_tokens": self.placed_tokens}
 
     @classmethod
     def from_dict(cls, d: dict) -> AnsweredQuestion:
         hits = tuple(Hit(**{**{k: v for k, v in h.items() if k != "citation"}, "heading_path": tuple(h["heading_path"])})
                      for h in d["hits"])
         return cls(d["text"], hits, d["refused"], d["seconds"], d.get("stop_reason", ""), d.get("check_s", 0.0),
-                   d.get("confidence"), d.get("judge_p"), d.get("judged", False))
+                   d.get("confidence"), d.get("judge_p"), d.get("judged", False), d.get("placed_tokens", 0))
 
 
 class AnswerCache:
@@ -143,11 +145,11 @@ class AnswerCache:
 
     @staticmethod
     def key(model: str, mode: str, instructions: str, question: str, k: int, max_tokens: int,
-            collection_key: str) -> str:
+            collection_key: str, prefill: str = "exact") -> str:
         # "guard": answers written with the repetition guard; "confidence": with their mean log-probability;
-        # "judge": with the answerability judge's view
+        # "judge": with the answerability judge's view; an exact prefill's keys are those from before the option
         raw = json.dumps([model, mode, instructions, question, k, max_tokens, collection_key, "guard", "confidence",
-                          "judge"])
+                          "judge", *([prefill] if prefill != "exact" else [])])
         return hashlib.sha1(raw.encode()).hexdigest()
 
     def get(self, key: str) -> AnsweredQuestion | None:

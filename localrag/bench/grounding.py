@@ -6,6 +6,7 @@ ones, whether its citations point at the gold evidence, and what honest refusal 
     python -m localrag bench grounding --suite hotpotqa --n 100
     python -m localrag bench grounding --data my.jsonl --n 50     # bench qa's format, + "gold_doc"
     python -m localrag bench grounding --suite squad --split calibration --n 300 --calibrate
+    python -m localrag bench grounding --suite squad --n 200 --instructions app --prefill exact,reuse
 
 Questions come from the *report* half of the data by default, which the evidence constants were
 never fitted on (``split_of`` in :mod:`localrag.bench.data`). Each question is answered through the answer
@@ -30,6 +31,11 @@ Also: the AUROC against "the answer contains a gold answer" (the correctness the
 paper uses), and against correctness over every answered question (unanswerable ones counting as
 wrong), each with a bootstrap 95% interval, and the sizes behind every figure.
 
+``--prefill exact,reuse`` answers every question twice, in turns that swap which goes first: exact,
+and with the chunk cache's approximate prefill (a cache folder of the bench's own, under
+``grounding/chunk-kv``); the reuse arm's summary comes under "reuse", with "vs_exact": the share of
+identical answers and the change in F1, support AUROC, citation precision and refusals.
+
 ``--calibrate`` fits the aligner's weights (logistic regression of correctness on the signals) and
 the refusal threshold on the questions run, and prints them as an ``EvidenceConfig``.
 """
@@ -44,7 +50,7 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import minimize
 
-from localrag.answer import RAG_INSTRUCTIONS, AnswerConfig, Answerer
+from localrag.answer import RAG_INSTRUCTIONS, AnswerConfig, Answerer, engine_probe
 from localrag.app.options import add_endpoint_args, endpoint_config
 from localrag.backends.endpoint import EndpointConfig, EndpointEngine
 from localrag.bench.common import (
@@ -68,7 +74,7 @@ from localrag.bench.data import (
     qa_collection,
     sample,
 )
-from localrag.config import GenerationConfig, ModelConfig
+from localrag.config import ChunkCacheConfig, GenerationConfig, ModelConfig, default_cache_dir
 from localrag.engine import Engine
 from localrag.evidence import AnswerEvidence, EvidenceAligner, EvidenceConfig, is_refusal
 from localrag.evidence.align import logit
@@ -78,6 +84,7 @@ from localrag.modes import MODES, AnswerRequest, get_mode
 
 MAX_REFUSALS_OF_ANSWERABLE = 0.15  # the refusal threshold is the highest that stays within this
 INSTRUCTIONS = {"qa": QA_INSTRUCTIONS, "app": RAG_INSTRUCTIONS}  # --instructions
+PREFILLS = ("exact", "reuse")  # --prefill: the exact read, the chunk cache's approximate one
 
 
 @dataclass(frozen=True)
@@ -105,6 +112,8 @@ class GroundingRow:
     repeats_sentence: bool  # the answer (as given) still repeats one of its sentences
     judge_p: float | None = None  # the answerability judge's p(answerable); None: no probe for the prompt
     judged: bool = False  # refused by the judge before a word was written
+    prefill: str = "exact"  # how the answer's prompt was read (``--prefill``)
+    placed_tokens: int = 0  # prompt tokens whose KV came from the chunk cache (reuse)
 
     @property
     def correct(self) -> bool:
@@ -342,10 +351,10 @@ def setup(suite: str | None, data: str | None, split: str, n: int | None, seed: 
           model: str | None, verifier: str, config: EvidenceConfig | None,
           endpoint: EndpointConfig | None = None, instructions: str = QA_INSTRUCTIONS) -> Setup:
     engine = EndpointEngine(endpoint) if endpoint else Engine.load(ModelConfig(model=model) if model else ModelConfig())
-    probe = Answerer(engine, None, config=AnswerConfig(instructions=instructions)).probe()
-    records = questions(suite, data, split, n, seed, probe)
+    records = questions(suite, data, split, n, seed, engine_probe(engine, instructions))
     collection = qa_collection(f"grounding-{Path(data).stem if data else suite}-{split}", [r.qa for r in records])
-    answerer = Answerer(engine, collection.index, config=AnswerConfig(instructions=instructions))
+    chunks = ChunkCacheConfig(folder=default_cache_dir() / "grounding" / "chunk-kv")  # not the app's cache
+    answerer = Answerer(engine, collection.index, config=AnswerConfig(instructions=instructions, chunk_cache=chunks))
     config = config or EvidenceConfig.for_model(engine.model_name)
     return Setup(records, collection.docs, answerer, EvidenceAligner(collection.index.embedder, config=config),
                  engine.model_name, collection.key, verifier, instructions)
@@ -366,15 +375,16 @@ def questions(suite: str | None, data: str | None, split: str, n: int | None, se
 
 
 def run_question(s: Setup, rec: GroundingRecord, mode: str, k: int, gen: GenerationConfig,
-                 cache: AnswerCache) -> tuple[GroundingRow, AnsweredQuestion]:
+                 cache: AnswerCache, prefill: str = "exact") -> tuple[GroundingRow, AnsweredQuestion]:
     """Answer (or re-use a cached answer), align it, and score both."""
-    key = cache.key(s.model, mode, s.instructions, rec.qa.question, k, gen.max_tokens, s.collection_key)
+    key = cache.key(s.model, mode, s.instructions, rec.qa.question, k, gen.max_tokens, s.collection_key, prefill)
     answered = cache.get(key)
     cached = answered is not None
     if answered is None:
-        answered = answer_question(s.answerer, rec.qa.question, mode, gen, k, {"verifier": s.verifier})
+        options = {"verifier": s.verifier, **({"prefill": prefill} if prefill != "exact" else {})}
+        answered = answer_question(s.answerer, rec.qa.question, mode, gen, k, options)
         cache.put(key, answered)
-    return score_row(s, rec, answered, cached), answered
+    return score_row(s, rec, answered, cached, prefill), answered
 
 
 def answer_question(answerer: Answerer, question: str, mode: str, gen: GenerationConfig, k: int,
@@ -400,10 +410,12 @@ def answer_question(answerer: Answerer, question: str, mode: str, gen: Generatio
     stop_reason = generation.stop_reason if generation is not None else ""
     confidence = generation.mean_logprob if generation is not None and not judged else None
     return AnsweredQuestion(result.text.strip(), hits, refused, seconds, stop_reason, check_s, confidence,
-                            judge.p_answerable if judge is not None else None, judged)
+                            judge.p_answerable if judge is not None else None, judged,
+                            generation.placed_prompt_tokens if generation is not None else 0)
 
 
-def score_row(s: Setup, rec: GroundingRecord, answered: AnsweredQuestion, cached: bool) -> GroundingRow:
+def score_row(s: Setup, rec: GroundingRecord, answered: AnsweredQuestion, cached: bool,
+              prefill: str = "exact") -> GroundingRow:
     evidence = s.aligner.align(answered.text, answered.hits, question=rec.qa.question, confidence=answered.confidence,
                                answerable=answered.judge_p)
     prediction = short_answer(answered.text)
@@ -414,31 +426,43 @@ def score_row(s: Setup, rec: GroundingRecord, answered: AnsweredQuestion, cached
                         contains_answer(answered.text, answers), answered.refused, evidence.score, evidence.support,
                         answered.refused or not evidence.supported, features_of(evidence), spans, on_gold,
                         answered.check_s or evidence.seconds, answered.seconds, cached, answered.stop_reason,
-                        repeated_sentence(answered.text) is not None, answered.judge_p, answered.judged)
+                        repeated_sentence(answered.text) is not None, answered.judge_p, answered.judged, prefill,
+                        answered.placed_tokens)
 
 
 def run_grounding(suite: str | None, data: str | None, n: int | None, seed: int = 0, split: str = "report",
                   mode: str = "plain", k: int = 5, model: str | None = None, verifier: str = "target",
                   config: EvidenceConfig | None = None, cache: bool = False, progress=None,
                   calibrate: bool = False, out: str | None = None, endpoint: EndpointConfig | None = None,
-                  instructions: str = "qa") -> dict:
+                  instructions: str = "qa", prefills: tuple[str, ...] = ("exact",)) -> dict:
     """Answer and align every sampled question; with ``calibrate``, fit the constants on them.
     ``out``: the summary so far is rewritten there after every question. ``instructions``: a key of
-    ``INSTRUCTIONS``."""
+    ``INSTRUCTIONS``. ``prefills``: each question is answered once per prefill, in turns that swap
+    which goes first; the first prefill's summary is the result's, each other's is under its name
+    with its answers set against the first's (``versus``)."""
     s = setup(suite, data, split, n, seed, mode, model, verifier, config, endpoint, INSTRUCTIONS[instructions])
     gen = GenerationConfig(max_tokens=32)
     store = AnswerCache(enabled=cache)
-    rows, answers = [], []
+    arms: dict[str, list[tuple[GroundingRow, AnsweredQuestion]]] = {p: [] for p in prefills}
     for i, rec in enumerate(s.records):
-        row, answered = run_question(s, rec, mode, k, gen, store)
-        rows.append(row)
-        answers.append(answered)
-        if progress:
-            progress(i + 1, len(s.records), row)
+        for p in prefills if i % 2 == 0 else prefills[::-1]:
+            row, answered = run_question(s, rec, mode, k, gen, store, p)
+            arms[p].append((row, answered))
+            if progress:
+                progress(i + 1, len(s.records), row)
         if out:
-            write_json(out, {"partial": i + 1, **summarize(rows)})
+            write_json(out, {"partial": i + 1, **summarize([r for r, _ in arms[prefills[0]]])})
+    first = prefills[0]
+    rows, answers = [r for r, _ in arms[first]], [a for _, a in arms[first]]
     result = {"suite": Path(data).stem if data else suite, "split": split, "seed": seed, "mode": mode, "k": k,
-              "instructions": instructions, "model": s.model, **summarize(rows)}
+              "instructions": instructions, "prefill": first, "model": s.model, **summarize(rows)}
+    for p in prefills[1:]:
+        other = [r for r, _ in arms[p]]
+        result[p] = {**summarize(other), f"vs_{first}": versus(rows, other)}
+    if "reuse" in prefills:  # this run's chunk lookups: a session of questions over one document set
+        st = s.answerer.kv_store().stats
+        result["chunk_cache"] = {"hits": st.hits, "misses": st.misses,
+                                 "hit_rate": round(st.hits / (st.hits + st.misses), 3) if st.hits + st.misses else None}
     if calibrate:
         fitted = fit_weights(rows, s.aligner.config)
         s.aligner = EvidenceAligner(s.aligner.embedder, config=fitted)
@@ -448,8 +472,39 @@ def run_grounding(suite: str | None, data: str | None, n: int | None, seed: int 
         s.aligner = EvidenceAligner(s.aligner.embedder, config=fitted)
         rows = [score_row(s, rec, a, row.cached) for rec, a, row in zip(s.records, answers, rows, strict=True)]
         result["calibrated"] = {"config": asdict(fitted), **summarize(rows)}
-    result["rows"] = [asdict(r) for r in rows]
+    result["rows"] = [asdict(r) for r in rows] + [asdict(r) for p in prefills[1:] for r, _ in arms[p]]
     return result
+
+
+def versus(base: list[GroundingRow], other: list[GroundingRow], rounds: int = 1000, seed: int = 0) -> dict:
+    """The same questions answered another way (the approximate prefill) against ``base`` (exact),
+    question by question: the share of identical answers, and the change of mean F1 over the
+    answerable questions (points, with a paired bootstrap 95% interval), of the support AUROC and of
+    the refusals. #53's bar for turning reuse on by default: F1 within 1 point, support not worse."""
+    pairs = list(zip(base, other, strict=True))
+    diff = np.array([100 * (b.f1 - a.f1) for a, b in pairs if a.answerable])
+    ci = None
+    if len(diff):
+        rng = np.random.default_rng(seed)
+        means = np.sort([diff[rng.integers(0, len(diff), len(diff))].mean() for _ in range(rounds)])
+        ci = [round(float(means[int(0.025 * rounds)]), 2), round(float(means[int(0.975 * rounds) - 1]), 2)]
+    a, b = summarize(base), summarize(other)
+
+    def delta(key: str, of=lambda summary, key: summary[key]) -> float | None:
+        x, y = of(a, key), of(b, key)
+        return round(y - x, 3) if x is not None and y is not None else None
+
+    return {
+        "same_answers": round(float(np.mean([x.answer == y.answer for x, y in pairs])), 3) if pairs else None,
+        "f1_delta": round(float(diff.mean()), 2) if len(diff) else None, "f1_delta_ci95": ci,
+        "auroc_delta": delta("auroc"),
+        "auroc_answerable_delta": delta("auroc_answerable", lambda summary, key: summary["details"][key]["auroc"]),
+        "citation_precision_delta": delta("citation_precision"),
+        "refusal_accuracy_delta": delta("refusal_accuracy"),
+        "false_refusal_rate_delta": delta("false_refusal_rate"),
+        "placed_tokens_mean": round(float(np.mean([y.placed_tokens for y in other])), 1) if other else None,
+        "answer_s_median": [a["details"]["answer_s_median"], b["details"]["answer_s_median"]],
+    }
 
 
 # ------------------------------------------------------------------ command line
@@ -468,6 +523,9 @@ def add_bench_cli(bench_subparsers) -> None:
                         "app's own, which the answerability judge's probe was fitted with")
     p.add_argument("--model", default=None)
     p.add_argument("--verifier", default="target", help="Grounded mode's verifier: target (the model itself) or a name")
+    p.add_argument("--prefill", default="exact", choices=["exact", "reuse", "exact,reuse"],
+                   help="how the answer's prompt is read: exact; reuse (approximate: the chunks' KV from a chunk "
+                        "cache of the bench's own); exact,reuse: both, interleaved, and reuse set against exact")
     p.add_argument("--cache", action="store_true", help="re-use answers cached by an earlier run (and cache new ones)")
     p.add_argument("--calibrate", action="store_true", help="fit the evidence constants on these questions")
     p.add_argument("--out", default=None, help="also write the full result (every question) to this JSON file")
@@ -480,15 +538,21 @@ def cmd_grounding(args) -> int:
     if args.calibrate and args.split == "report":
         print("error: calibrate on --split calibration (the report half is kept apart)", file=sys.stderr)
         return 2
+    prefills = tuple(args.prefill.split(","))
+    if args.calibrate and len(prefills) > 1:
+        print("error: calibrate on one prefill at a time", file=sys.stderr)
+        return 2
 
     def progress(i, total, row):
-        print(f"[{i}/{total}] score={row.score:.2f} f1={row.f1:.2f} refused={row.refused} "
+        arm = f" {row.prefill}" if args.prefill != "exact" else ""
+        print(f"[{i}/{total}]{arm} score={row.score:.2f} f1={row.f1:.2f} refused={row.refused} "
               f"{row.question[:50]!r} -> {row.answer[:50]!r}", file=sys.stderr)
 
     t0 = time.perf_counter()
     result = run_grounding(args.suite, args.data, args.n, args.seed, args.split, args.mode, args.k, args.model,
                            args.verifier, cache=args.cache, progress=progress, calibrate=args.calibrate,
-                           out=args.out, endpoint=endpoint_config(args), instructions=args.instructions)
+                           out=args.out, endpoint=endpoint_config(args), instructions=args.instructions,
+                           prefills=prefills)
     result["seconds"] = round(time.perf_counter() - t0, 1)
     if args.out:
         write_json(args.out, result)
@@ -520,5 +584,16 @@ def print_grounding(result: dict) -> None:
           f"answer {d['answer_s_median']} s median)")
     print(f"repetition            guard stopped {d['repetition_guard_fired']} answers; "
           f"{d['answers_repeating_a_sentence']} answers repeat a sentence")
+    for p in PREFILLS:
+        if p in result and p != result["prefill"]:
+            v, first = result[p][f"vs_{result['prefill']}"], result["prefill"]
+            print(f"{p} prefill (approximate) against {first}: {fmt(v['same_answers'], '.3f')} of answers the same; "
+                  f"F1 {v['f1_delta']:+} points (95% {v['f1_delta_ci95']}), AUROC {v['auroc_delta']}, "
+                  f"AUROC answerable {v['auroc_answerable_delta']}, citation precision {v['citation_precision_delta']}, "
+                  f"refusals {v['refusal_accuracy_delta']} of unanswerable, {v['false_refusal_rate_delta']} of "
+                  f"answerable; {v['placed_tokens_mean']} prompt tokens placed from the cache a question")
+    if "chunk_cache" in result:
+        c = result["chunk_cache"]
+        print(f"chunk cache           {c['hits']} hits, {c['misses']} misses in this run (hit rate {c['hit_rate']})")
     if "calibrated" in result:
         print(dumps(result["calibrated"]["config"]))

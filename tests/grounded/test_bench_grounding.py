@@ -30,6 +30,7 @@ from localrag.bench.grounding import (
     fit_weights,
     questions,
     summarize,
+    versus,
 )
 from localrag.evidence import EvidenceAligner, EvidenceConfig
 from localrag.judge import PROBES_DIR, Probe
@@ -186,6 +187,51 @@ def test_jsonl_records_and_a_split_kept_apart(tmp_path):
     in_report = [r.qa.question for r in report]
     assert len(five) == 5 and five == [q for q in in_report if q in five]  # 5 of the split, in its order
     assert five == [r.qa.question for r in load_records(None, str(path), "report", 5, 0)]  # seeded
+
+
+def test_another_prefill_is_set_against_exact_question_by_question():
+    """versus pairs the two arms' answers by question: the identical share, the mean F1 change over
+    answerable questions with its paired interval, the support AUROC's and the refusals' change."""
+    exact = [_row(0.9, f1=1.0), _row(0.8, f1=1.0), _row(0.2, f1=0.0), _row(0.1, answerable=False, refused=True)]
+    reuse = [exact[0], replace(exact[1], answer="other", f1=0.0, score=0.95), exact[2],
+             replace(exact[3], answer="other", refused=False)]
+    v = versus(exact, reuse)
+    assert v["same_answers"] == 0.5
+    assert v["f1_delta"] == round(100 * -1 / 3, 2)  # one of three answerable lost its point, the other two held
+    assert v["f1_delta_ci95"][0] == -100.0 and v["f1_delta_ci95"][1] == 0.0
+    assert v["auroc_delta"] == 0.5 - 1.0  # the changed answer is wrong and outscores the right one
+    assert v["refusal_accuracy_delta"] == -1.0 and v["false_refusal_rate_delta"] == 0.0
+    assert versus(exact, exact)["same_answers"] == 1.0 and versus(exact, exact)["f1_delta"] == 0.0
+
+
+@pytest.mark.slow
+def test_bench_grounding_reads_each_question_both_ways_with_the_chunk_cache(tmp_path):
+    """--prefill exact,reuse on the small model: every question answered twice, the reuse answers'
+    chunks placed from the bench's own chunk cache (none in the exact ones), the app's cache untouched."""
+    topics = [("Zephyr telescope", "Marta Ilves polished its mirror in 1998"),
+              ("harbor tide tables", "the harbor master posts them at the gate every Monday")]
+    lines = [{"question": f"What does the report say about the {name}?", "answers": [fact],
+              "docs": [f"The {name} report. " + " ".join([f"In the survey of the {name}, {fact}."] * 4)]}
+             for name, fact in topics]
+    path = tmp_path / "two.jsonl"
+    path.write_text("\n".join(json.dumps(x) for x in lines), encoding="utf-8")
+    cache = tmp_path / "cache"
+    out = subprocess.run([sys.executable, "-m", "localrag", "bench", "grounding", "--data", str(path), "--split", "all",
+                          "--n", "2", "--model", "smollm2-135m-instruct", "--prefill", "exact,reuse", "--json",
+                          "--out", str(tmp_path / "full.json")],
+                         capture_output=True, text=True, timeout=900,
+                         env={**__import__("os").environ, "LOCALRAG_CACHE_DIR": str(cache)})
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout)
+    assert result["prefill"] == "exact" and result["reuse"]["details"]["questions"] == 2
+    v = result["reuse"]["vs_exact"]
+    assert 0 <= v["same_answers"] <= 1 and v["placed_tokens_mean"] > 0
+    assert result["chunk_cache"]["misses"] >= 2  # each question's own document, computed the first time
+    rows = json.loads((tmp_path / "full.json").read_text())["rows"]
+    assert [r["prefill"] for r in rows] == ["exact", "exact", "reuse", "reuse"]
+    assert [r["question"] for r in rows[:2]] == [r["question"] for r in rows[2:]]
+    assert all(r["placed_tokens"] == 0 for r in rows[:2]) and all(r["placed_tokens"] > 0 for r in rows[2:])
+    assert list((cache / "grounding" / "chunk-kv").iterdir()) and not (cache / "chunk-kv").exists()
 
 
 @pytest.mark.slow
