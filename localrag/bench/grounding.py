@@ -349,11 +349,12 @@ class Setup:
 
 def setup(suite: str | None, data: str | None, split: str, n: int | None, seed: int, mode: str,
           model: str | None, verifier: str, config: EvidenceConfig | None,
-          endpoint: EndpointConfig | None = None, instructions: str = QA_INSTRUCTIONS) -> Setup:
+          endpoint: EndpointConfig | None = None, instructions: str = QA_INSTRUCTIONS,
+          head: int = ChunkCacheConfig.head) -> Setup:
     engine = EndpointEngine(endpoint) if endpoint else Engine.load(ModelConfig(model=model) if model else ModelConfig())
     records = questions(suite, data, split, n, seed, engine_probe(engine, instructions))
     collection = qa_collection(f"grounding-{Path(data).stem if data else suite}-{split}", [r.qa for r in records])
-    chunks = ChunkCacheConfig(folder=default_cache_dir() / "grounding" / "chunk-kv")  # not the app's cache
+    chunks = ChunkCacheConfig(folder=default_cache_dir() / "grounding" / "chunk-kv", head=head)  # not the app's
     answerer = Answerer(engine, collection.index, config=AnswerConfig(instructions=instructions, chunk_cache=chunks))
     config = config or EvidenceConfig.for_model(engine.model_name)
     return Setup(records, collection.docs, answerer, EvidenceAligner(collection.index.embedder, config=config),
@@ -377,7 +378,8 @@ def questions(suite: str | None, data: str | None, split: str, n: int | None, se
 def run_question(s: Setup, rec: GroundingRecord, mode: str, k: int, gen: GenerationConfig,
                  cache: AnswerCache, prefill: str = "exact") -> tuple[GroundingRow, AnsweredQuestion]:
     """Answer (or re-use a cached answer), align it, and score both."""
-    key = cache.key(s.model, mode, s.instructions, rec.qa.question, k, gen.max_tokens, s.collection_key, prefill)
+    arm = prefill if prefill == "exact" else f"{prefill} head {s.answerer.config.chunk_cache.head}"
+    key = cache.key(s.model, mode, s.instructions, rec.qa.question, k, gen.max_tokens, s.collection_key, arm)
     answered = cache.get(key)
     cached = answered is not None
     if answered is None:
@@ -434,13 +436,16 @@ def run_grounding(suite: str | None, data: str | None, n: int | None, seed: int 
                   mode: str = "plain", k: int = 5, model: str | None = None, verifier: str = "target",
                   config: EvidenceConfig | None = None, cache: bool = False, progress=None,
                   calibrate: bool = False, out: str | None = None, endpoint: EndpointConfig | None = None,
-                  instructions: str = "qa", prefills: tuple[str, ...] = ("exact",)) -> dict:
+                  instructions: str = "qa", prefills: tuple[str, ...] = ("exact",),
+                  head: int = ChunkCacheConfig.head) -> dict:
     """Answer and align every sampled question; with ``calibrate``, fit the constants on them.
     ``out``: the summary so far is rewritten there after every question. ``instructions``: a key of
     ``INSTRUCTIONS``. ``prefills``: each question is answered once per prefill, in turns that swap
     which goes first; the first prefill's summary is the result's, each other's is under its name
-    with its answers set against the first's (``versus``)."""
-    s = setup(suite, data, split, n, seed, mode, model, verifier, config, endpoint, INSTRUCTIONS[instructions])
+    with its answers set against the first's (``versus``). ``head``: the reuse prefill's tokens read
+    at their place at the head of each chunk (``ChunkCacheConfig.head``)."""
+    s = setup(suite, data, split, n, seed, mode, model, verifier, config, endpoint, INSTRUCTIONS[instructions],
+              head)
     gen = GenerationConfig(max_tokens=32)
     store = AnswerCache(enabled=cache)
     arms: dict[str, list[tuple[GroundingRow, AnsweredQuestion]]] = {p: [] for p in prefills}
@@ -461,7 +466,7 @@ def run_grounding(suite: str | None, data: str | None, n: int | None, seed: int 
         result[p] = {**summarize(other), f"vs_{first}": versus(rows, other)}
     if "reuse" in prefills:  # this run's chunk lookups: a session of questions over one document set
         st = s.answerer.kv_store().stats
-        result["chunk_cache"] = {"hits": st.hits, "misses": st.misses,
+        result["chunk_cache"] = {"head": head, "hits": st.hits, "misses": st.misses,
                                  "hit_rate": round(st.hits / (st.hits + st.misses), 3) if st.hits + st.misses else None}
     if calibrate:
         fitted = fit_weights(rows, s.aligner.config)
@@ -526,6 +531,8 @@ def add_bench_cli(bench_subparsers) -> None:
     p.add_argument("--prefill", default="exact", choices=["exact", "reuse", "exact,reuse"],
                    help="how the answer's prompt is read: exact; reuse (approximate: the chunks' KV from a chunk "
                         "cache of the bench's own); exact,reuse: both, interleaved, and reuse set against exact")
+    p.add_argument("--head", type=int, default=ChunkCacheConfig.head,
+                   help="reuse: tokens at the head of each chunk read at their place (default: the app's)")
     p.add_argument("--cache", action="store_true", help="re-use answers cached by an earlier run (and cache new ones)")
     p.add_argument("--calibrate", action="store_true", help="fit the evidence constants on these questions")
     p.add_argument("--out", default=None, help="also write the full result (every question) to this JSON file")
@@ -552,7 +559,7 @@ def cmd_grounding(args) -> int:
     result = run_grounding(args.suite, args.data, args.n, args.seed, args.split, args.mode, args.k, args.model,
                            args.verifier, cache=args.cache, progress=progress, calibrate=args.calibrate,
                            out=args.out, endpoint=endpoint_config(args), instructions=args.instructions,
-                           prefills=prefills)
+                           prefills=prefills, head=args.head)
     result["seconds"] = round(time.perf_counter() - t0, 1)
     if args.out:
         write_json(args.out, result)
@@ -594,6 +601,7 @@ def print_grounding(result: dict) -> None:
                   f"answerable; {v['placed_tokens_mean']} prompt tokens placed from the cache a question")
     if "chunk_cache" in result:
         c = result["chunk_cache"]
-        print(f"chunk cache           {c['hits']} hits, {c['misses']} misses in this run (hit rate {c['hit_rate']})")
+        print(f"chunk cache           head {c['head']} tokens a chunk read at their place; {c['hits']} hits, "
+              f"{c['misses']} misses in this run (hit rate {c['hit_rate']})")
     if "calibrated" in result:
         print(dumps(result["calibrated"]["config"]))

@@ -31,6 +31,10 @@ question). Per question:
     warmed  reuse after the app's background warm (``Answerer.warm_chunks``) stored every chunk of
             the collection, before the first question (timed: ``warm``, with the disk per chunk)
 
+``--head N`` sets how many tokens at the head of each chunk the reuse prefill reads at their place
+(``ChunkCacheConfig.head``; a point of the recompute curve, with ``bench grounding --head`` for its
+quality).
+
 It prints each arm's median time to first token, the tokens it decoded for the prompt (a miss's
 computed tokens included), the chunk-cache hits, and the ratio of the medians (reuse / exact).
 Answers may differ (the reuse prefill is approximate): ``same answers`` counts the questions
@@ -116,15 +120,16 @@ def run_ttft(model: str | None, n: int, k: int, max_tokens: int, progress=None, 
 
 
 def run_prefill(model: str | None, n: int, k: int, max_tokens: int, progress=None, mode: str = "plain",
-                cache_dir: Path | None = None) -> dict:
-    """The exact and the reuse prefill, interleaved, on cold and warmed chunks (the module docstring)."""
+                cache_dir: Path | None = None, head: int = ChunkCacheConfig.head) -> dict:
+    """The exact and the reuse prefill, interleaved, on cold and warmed chunks (the module docstring);
+    ``head``: the reuse prefill's tokens read at their place at the head of each chunk."""
     records = load_records("squad", None, "report", n, 0)
     collection = qa_collection("grounding-squad-report", [r.qa for r in records])
     engine = Engine.load(ModelConfig(model=model) if model else ModelConfig())
     with tempfile.TemporaryDirectory(prefix="chunk-kv-", dir=cache_dir) as warm_dir, \
             tempfile.TemporaryDirectory(prefix="chunk-kv-cold-", dir=cache_dir) as cold_dir:
         answerers = {kind: Answerer(engine, collection.index, config=AnswerConfig(
-            instructions=QA_INSTRUCTIONS, chunk_cache=ChunkCacheConfig(folder=Path(folder))))
+            instructions=QA_INSTRUCTIONS, chunk_cache=ChunkCacheConfig(folder=Path(folder), head=head)))
             for kind, folder in (("cold", cold_dir), ("warmed", warm_dir))}
         gen = GenerationConfig(max_tokens=max_tokens)
         opts = {p: get_mode(mode).options({"k": k, "prefill": p}) for p in PREFILLS}
@@ -172,7 +177,7 @@ def run_prefill(model: str | None, n: int, k: int, max_tokens: int, progress=Non
                           "same_answers": sum(r["same_answer"] for r in rows if r["kind"] == kind) // 2,
                           "hits": sum(r["hits"] for r in rows if r["kind"] == kind and r["prefill"] == "reuse")}
     return {"model": engine.model_name, "mode": mode, "n": len(records), "k": k, "max_tokens": max_tokens,
-            "threads": engine.backend.n_threads, "warm": warm, "arms": arms, "rows": rows}
+            "threads": engine.backend.n_threads, "head": head, "warm": warm, "arms": arms, "rows": rows}
 
 
 def summarize(rows: list[FirstWords]) -> dict:
@@ -198,6 +203,8 @@ def add_bench_cli(sub) -> None:
     p.add_argument("--prefill", action="store_true",
                    help="compare the exact prefill with the approximate one (reuse: chunks' KV from a cache), "
                         "interleaved, on cold chunks and on chunks seen before")
+    p.add_argument("--head", type=int, default=ChunkCacheConfig.head,
+                   help="--prefill: tokens at the head of each chunk read at their place (default: the app's)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_ttft)
 
@@ -213,7 +220,8 @@ def cmd_ttft(args) -> int:
                                                  f"({r['read_tokens']} read, {r['hits']} hits)" for r in rows),
                   file=sys.stderr)
 
-        result = run_prefill(args.model, args.n, args.k, args.max_tokens, progress_prefill, args.mode)
+        result = run_prefill(args.model, args.n, args.k, args.max_tokens, progress_prefill, args.mode,
+                             head=args.head)
         return output({k: v for k, v in result.items() if k != "rows"}, args.json, print_prefill)
     result = run_ttft(args.model, args.n, args.k, args.max_tokens, progress, args.mode)
     return output({k: v for k, v in result.items() if k != "rows"}, args.json, print_ttft)

@@ -23,7 +23,8 @@ class PlainOptions(ModeOptions):
     k: int = option(5, "chunks stuffed into the prompt", int)
     prefill: str = option("exact", "how the prompt's chunks are read: exact, or reuse (approximate: their keys "
                                    "and values from a cache on disk, only the head of each chunk read again; "
-                                   "a faster first word, an answer that may differ)", choices=PREFILLS)
+                                   "a faster first word; about 4 in 10 answers differ, 4 to 7 F1 points worse "
+                                   "on SQuAD and HotpotQA)", choices=PREFILLS)
 
     def validate(self) -> None:
         super().validate()

@@ -232,6 +232,16 @@ def test_bench_grounding_reads_each_question_both_ways_with_the_chunk_cache(tmp_
     assert [r["question"] for r in rows[:2]] == [r["question"] for r in rows[2:]]
     assert all(r["placed_tokens"] == 0 for r in rows[:2]) and all(r["placed_tokens"] > 0 for r in rows[2:])
     assert list((cache / "grounding" / "chunk-kv").iterdir()) and not (cache / "chunk-kv").exists()
+    # a longer head reads more of each chunk at its place: fewer tokens placed, 8 fewer a chunk
+    longer = subprocess.run([sys.executable, "-m", "localrag", "bench", "grounding", "--data", str(path), "--split",
+                             "all", "--n", "2", "--model", "smollm2-135m-instruct", "--prefill", "reuse", "--head", "24",
+                             "--json", "--out", str(tmp_path / "head24.json")], capture_output=True, text=True,
+                            timeout=900, env={**__import__("os").environ, "LOCALRAG_CACHE_DIR": str(cache)})
+    assert longer.returncode == 0, longer.stderr[-2000:]
+    assert json.loads(longer.stdout)["chunk_cache"]["head"] == 24
+    rows24 = json.loads((tmp_path / "head24.json").read_text())["rows"]
+    fewer = [a["placed_tokens"] - b["placed_tokens"] for a, b in zip(rows[2:], rows24, strict=True)]
+    assert all(d > 0 and d % 8 == 0 for d in fewer), fewer
 
 
 @pytest.mark.slow
