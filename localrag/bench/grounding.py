@@ -471,11 +471,13 @@ def run_grounding(suite: str | None, data: str | None, n: int | None, seed: int 
     if calibrate:
         fitted = fit_weights(rows, s.aligner.config)
         s.aligner = EvidenceAligner(s.aligner.embedder, config=fitted)
-        rescored = [score_row(s, rec, a, row.cached) for rec, a, row in zip(s.records, answers, rows, strict=True)]
+        rescored = [score_row(s, rec, a, row.cached, row.prefill)
+                    for rec, a, row in zip(s.records, answers, rows, strict=True)]
         fitted = replace(fitted, refusal_threshold=fit_refusal_threshold(rescored),
                          sentence_threshold=fit_refusal_threshold(rescored))
         s.aligner = EvidenceAligner(s.aligner.embedder, config=fitted)
-        rows = [score_row(s, rec, a, row.cached) for rec, a, row in zip(s.records, answers, rows, strict=True)]
+        rows = [score_row(s, rec, a, row.cached, row.prefill)
+                for rec, a, row in zip(s.records, answers, rows, strict=True)]
         result["calibrated"] = {"config": asdict(fitted), **summarize(rows)}
     result["rows"] = [asdict(r) for r in rows] + [asdict(r) for p in prefills[1:] for r, _ in arms[p]]
     return result
@@ -596,7 +598,8 @@ def print_grounding(result: dict) -> None:
             v, first = result[p][f"vs_{result['prefill']}"], result["prefill"]
             print(f"{p} prefill (approximate) against {first}: {fmt(v['same_answers'], '.3f')} of answers the same; "
                   f"F1 {v['f1_delta']:+} points (95% {v['f1_delta_ci95']}), AUROC {v['auroc_delta']}, "
-                  f"AUROC answerable {v['auroc_answerable_delta']}, citation precision {v['citation_precision_delta']}, "
+                  f"AUROC answerable {v['auroc_answerable_delta']}, "
+                  f"citation precision {v['citation_precision_delta']}, "
                   f"refusals {v['refusal_accuracy_delta']} of unanswerable, {v['false_refusal_rate_delta']} of "
                   f"answerable; {v['placed_tokens_mean']} prompt tokens placed from the cache a question")
     if "chunk_cache" in result:
