@@ -50,7 +50,7 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import minimize
 
-from localrag.answer import RAG_INSTRUCTIONS, AnswerConfig, Answerer, engine_probe
+from localrag.answer import PREFILLS, RAG_INSTRUCTIONS, AnswerConfig, Answerer, engine_probe
 from localrag.app.options import add_endpoint_args, endpoint_config
 from localrag.backends.endpoint import EndpointConfig, EndpointEngine
 from localrag.bench.common import (
@@ -84,7 +84,6 @@ from localrag.modes import MODES, AnswerRequest, get_mode
 
 MAX_REFUSALS_OF_ANSWERABLE = 0.15  # the refusal threshold is the highest that stays within this
 INSTRUCTIONS = {"qa": QA_INSTRUCTIONS, "app": RAG_INSTRUCTIONS}  # --instructions
-PREFILLS = ("exact", "reuse")  # --prefill: the exact read, the chunk cache's approximate one
 
 
 @dataclass(frozen=True)
@@ -463,7 +462,8 @@ def run_grounding(suite: str | None, data: str | None, n: int | None, seed: int 
               "instructions": instructions, "prefill": first, "model": s.model, **summarize(rows)}
     for p in prefills[1:]:
         other = [r for r, _ in arms[p]]
-        result[p] = {**summarize(other), f"vs_{first}": versus(rows, other)}
+        summary = summarize(other)
+        result[p] = {**summary, f"vs_{first}": versus(rows, other, result, summary)}
     if "reuse" in prefills:  # this run's chunk lookups: a session of questions over one document set
         st = s.answerer.kv_store().stats
         result["chunk_cache"] = {"head": head, "hits": st.hits, "misses": st.misses,
@@ -483,32 +483,33 @@ def run_grounding(suite: str | None, data: str | None, n: int | None, seed: int 
     return result
 
 
-def versus(base: list[GroundingRow], other: list[GroundingRow], rounds: int = 1000, seed: int = 0) -> dict:
+def versus(base: list[GroundingRow], other: list[GroundingRow], a: dict, b: dict, rounds: int = 1000,
+           seed: int = 0) -> dict:
     """The same questions answered another way (the approximate prefill) against ``base`` (exact),
-    question by question: the share of identical answers, and the change of mean F1 over the
-    answerable questions (points, with a paired bootstrap 95% interval), of the support AUROC and of
-    the refusals. #53's bar for turning reuse on by default: F1 within 1 point, support not worse."""
+    question by question (``a``, ``b``: their ``summarize``): the share of identical answers, and
+    the change of mean F1 over the answerable questions (points, with a paired bootstrap 95%
+    interval), of the support AUROC and of the refusals. #53's bar for turning reuse on by default:
+    F1 within 1 point, support not worse."""
     pairs = list(zip(base, other, strict=True))
-    diff = np.array([100 * (b.f1 - a.f1) for a, b in pairs if a.answerable])
+    diff = np.array([100 * (y.f1 - x.f1) for x, y in pairs if x.answerable])
     ci = None
     if len(diff):
         rng = np.random.default_rng(seed)
         means = np.sort([diff[rng.integers(0, len(diff), len(diff))].mean() for _ in range(rounds)])
         ci = [round(float(means[int(0.025 * rounds)]), 2), round(float(means[int(0.975 * rounds) - 1]), 2)]
-    a, b = summarize(base), summarize(other)
 
-    def delta(key: str, of=lambda summary, key: summary[key]) -> float | None:
-        x, y = of(a, key), of(b, key)
+    def change(x: float | None, y: float | None) -> float | None:
         return round(y - x, 3) if x is not None and y is not None else None
 
     return {
         "same_answers": round(float(np.mean([x.answer == y.answer for x, y in pairs])), 3) if pairs else None,
         "f1_delta": round(float(diff.mean()), 2) if len(diff) else None, "f1_delta_ci95": ci,
-        "auroc_delta": delta("auroc"),
-        "auroc_answerable_delta": delta("auroc_answerable", lambda summary, key: summary["details"][key]["auroc"]),
-        "citation_precision_delta": delta("citation_precision"),
-        "refusal_accuracy_delta": delta("refusal_accuracy"),
-        "false_refusal_rate_delta": delta("false_refusal_rate"),
+        "auroc_delta": change(a["auroc"], b["auroc"]),
+        "auroc_answerable_delta": change(a["details"]["auroc_answerable"]["auroc"],
+                                         b["details"]["auroc_answerable"]["auroc"]),
+        "citation_precision_delta": change(a["citation_precision"], b["citation_precision"]),
+        "refusal_accuracy_delta": change(a["refusal_accuracy"], b["refusal_accuracy"]),
+        "false_refusal_rate_delta": change(a["false_refusal_rate"], b["false_refusal_rate"]),
         "placed_tokens_mean": round(float(np.mean([y.placed_tokens for y in other])), 1) if other else None,
         "answer_s_median": [a["details"]["answer_s_median"], b["details"]["answer_s_median"]],
     }

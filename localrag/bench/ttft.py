@@ -50,7 +50,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from localrag.answer import AnswerConfig, Answerer
+from localrag.answer import PREFILLS, AnswerConfig, Answerer
 from localrag.bench.common import QA_INSTRUCTIONS, fmt, output, table
 from localrag.bench.data import load_records, qa_collection
 from localrag.config import ChunkCacheConfig, GenerationConfig, ModelConfig
@@ -59,7 +59,6 @@ from localrag.modes import AnswerRequest, get_mode
 
 FOLLOWUP = "Why is that?"
 KINDS = ("question", "follow-up", "regenerate")
-PREFILLS = ("exact", "reuse")
 
 
 @dataclass(frozen=True)

@@ -195,13 +195,14 @@ def test_another_prefill_is_set_against_exact_question_by_question():
     exact = [_row(0.9, f1=1.0), _row(0.8, f1=1.0), _row(0.2, f1=0.0), _row(0.1, answerable=False, refused=True)]
     reuse = [exact[0], replace(exact[1], answer="other", f1=0.0, score=0.95), exact[2],
              replace(exact[3], answer="other", refused=False)]
-    v = versus(exact, reuse)
+    v = versus(exact, reuse, summarize(exact), summarize(reuse))
     assert v["same_answers"] == 0.5
     assert v["f1_delta"] == round(100 * -1 / 3, 2)  # one of three answerable lost its point, the other two held
     assert v["f1_delta_ci95"][0] == -100.0 and v["f1_delta_ci95"][1] == 0.0
     assert v["auroc_delta"] == 0.5 - 1.0  # the changed answer is wrong and outscores the right one
     assert v["refusal_accuracy_delta"] == -1.0 and v["false_refusal_rate_delta"] == 0.0
-    assert versus(exact, exact)["same_answers"] == 1.0 and versus(exact, exact)["f1_delta"] == 0.0
+    same = versus(exact, exact, summarize(exact), summarize(exact))
+    assert same["same_answers"] == 1.0 and same["f1_delta"] == 0.0
 
 
 @pytest.mark.slow
