@@ -205,6 +205,14 @@ def test_another_prefill_is_set_against_exact_question_by_question():
     assert same["same_answers"] == 1.0 and same["f1_delta"] == 0.0
 
 
+def test_a_calibration_takes_one_prefill():
+    """--calibrate fits the constants on one set of answers: with both prefills it says so and stops
+    before a model is loaded."""
+    bad = subprocess.run([sys.executable, "-m", "localrag", "bench", "grounding", "--split", "calibration",
+                          "--prefill", "exact,reuse", "--calibrate"], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "calibrate on one prefill at a time" in bad.stderr
+    assert "Traceback" not in bad.stderr
+
 @pytest.mark.slow
 def test_bench_grounding_reads_each_question_both_ways_with_the_chunk_cache(tmp_path):
     """--prefill exact,reuse on the small model: every question answered twice, the reuse answers'
