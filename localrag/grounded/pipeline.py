@@ -249,7 +249,9 @@ def decide(question: str, drafted: Drafted, own: GroundedDraft | None, own_resul
     threshold, and that another candidate agrees with (two readings of different subsets giving
     the same answer); else none is, and the answer is unsupported. No candidate holding a
     number, name or unit found in no chunk and not in the question can be chosen, and none at all
-    when the answerability judge refused the answer model's before it was written."""
+    when the answerability judge refused the answer model's before it was written, or when the
+    answer model read every chunk and declined (a draft from a subset of them does not overrule
+    it: on SQuAD v2 such drafts were wrong or answered unanswerable questions, benchmarks.md)."""
     gs = drafted.extras
     judge = own_result.stats.judge if own_result is not None and own_result.stats is not None else None
     answerable = judge.p_answerable if judge is not None else None
@@ -268,8 +270,13 @@ def decide(question: str, drafted: Drafted, own: GroundedDraft | None, own_resul
     stats = drafted.stats
     if own_result is not None and own_result.stats is not None:
         stats.generation, stats.judge = own_result.stats.generation, own_result.stats.judge
-    if stats.judge is not None and stats.judge.refused_early:  # the judge read no answer: no draft may give one
-        gs.choice, gs.unsupported_reason = None, unanswerable_reason(stats.judge)
+    refused = ""
+    if stats.judge is not None and stats.judge.refused_early:
+        refused = unanswerable_reason(stats.judge)
+    elif own is not None and not may_answer(own):
+        refused = own.check or "the answer model declined"
+    if refused:  # the judge, or the answer model over every chunk, found no answer: no draft may give one
+        gs.choice, gs.unsupported_reason = None, refused
         stats.total_s = time.perf_counter() - drafted.t0
         return AnswerResult(text="", mode=mode, citations=[], supported=False, extras=gs, stats=stats,
                             searched=drafted.searched)

@@ -9,6 +9,7 @@ Run: .venv/bin/python -m pytest tests/grounded/test_decide.py -q
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from localrag.config import GroundedConfig
 from localrag.evidence import EvidenceAligner, EvidenceConfig
@@ -58,8 +59,7 @@ def test_the_answer_models_supported_answer_is_chosen_over_higher_scoring_drafts
 
 def test_a_draft_needs_its_own_check_and_another_candidate_that_agrees():
     aligner = EvidenceAligner()
-    own, own_result = _own("not in the documents", aligner, check="declined")
-    own.answer = ""  # the answer model only declined
+    own, own_result = _own("Debian 12 (bookworm)", aligner)  # an answer its check does not support
     lone = decide(QUESTION, _drafted([_draft("in 1951", (0,)), _draft("1932", (0,), score=-1.5)]),
                   own, own_result, aligner, CFG)
     assert not lone.supported and lone.extras.chosen() is None  # nobody agrees with the best draft
@@ -77,16 +77,28 @@ def test_the_judges_view_of_the_question_weighs_on_every_draft():
     drafts = [_draft("in 1951", (0,)), _draft("1951", (0,), score=-1.5)]
     verdicts = {}
     for p in (None, 0.02):
-        own, own_result = _own("not in the documents", aligner, check="declined")
-        own.answer = ""
-        own_result = AnswerResult(text="", mode="plain", citations=[], supported=False, searched="searched",
-                                  stats=AnswerStats(mode="plain", judge=Judgement("probe", p)))
+        own, own_result = _own("Debian 12 (bookworm)", aligner)
+        own_result = replace(own_result, stats=AnswerStats(mode="plain", judge=Judgement("probe", p)))
         verdicts[p] = decide(QUESTION, _drafted([_draft(d.answer, d.subset, d.score) for d in drafts]),
                              own, own_result, aligner, CFG)
     assert verdicts[None].supported and verdicts[None].evidence.answerable is None
     doubted = verdicts[0.02]
     assert not doubted.supported and doubted.extras.chosen() is None
     assert all(d.check for d in doubted.extras.drafts[1:])  # each draft's own check failed
+
+
+def test_no_draft_overrules_the_answer_model_declining_over_every_chunk():
+    """The answer model read all the chunks and found no answer: two drafts from subsets that agree
+    and pass their checks are still not shown (on SQuAD v2 such drafts answered unanswerable
+    questions: "What is the oldest work of Norman art?" got "Bayeux Tapestry", shown supported)."""
+    aligner = EvidenceAligner()
+    own, own_result = _own("not in the documents", aligner, check="the model found no answer in the passages it read")
+    own.answer = ""  # the answer model only declined
+    drafts = [_draft("in 1951", (0,)), _draft("1951", (0,), score=-1.5)]
+    result = decide(QUESTION, _drafted(drafts), own, own_result, aligner, CFG)
+    assert not result.supported and result.text == "" and result.extras.chosen() is None
+    assert result.extras.unsupported_reason == "the model found no answer in the passages it read"
+    assert len(result.extras.drafts) == 3  # every candidate still shown in the Drafts panel
 
 
 def test_a_draft_with_a_word_from_no_document_is_never_chosen():
