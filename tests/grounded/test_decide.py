@@ -1,7 +1,8 @@
 """Grounded's choice among its candidates (``grounded.pipeline.decide``), on hand-made drafts and a
 real evidence aligner (no model): the answer model's own answer when the documents support it, a
-draft only when it passes its own check and another candidate agrees, never a draft holding a word
-from no document, and a refusal that marks no draft as chosen.
+draft only when it passes its own check and another candidate agrees, never a draft over the answer
+model's decline, never a draft holding a word from no document, and a refusal that marks no draft as
+chosen.
 
 Run: .venv/bin/python -m pytest tests/grounded/test_decide.py -q
 """
