@@ -280,7 +280,7 @@ def decide(question: str, drafted: Drafted, own: GroundedDraft | None, own_resul
         stats.total_s = time.perf_counter() - drafted.t0
         return AnswerResult(text="", mode=mode, citations=[], supported=False, extras=gs, stats=stats,
                             searched=drafted.searched)
-    if own is not None and may_answer(own) and not own.check and own_result is not None:
+    if own is not None and not own.check and own_result is not None:  # past here, own is an answer
         gs.choice, gs.why_chosen = 0, "the answer model's own answer over all the chunks, which the documents support"
         stats.total_s = time.perf_counter() - drafted.t0
         return replace(own_result, mode=mode, extras=gs, stats=stats, searched=drafted.searched)
@@ -292,7 +292,7 @@ def decide(question: str, drafted: Drafted, own: GroundedDraft | None, own_resul
         gs.choice = None
         gs.unsupported_reason = (own.check if own is not None and own.check else
                                  "no draft the documents support was agreed on by another candidate")
-        text = own.answer if own is not None and may_answer(own) else ""
+        text = own.answer if own is not None else ""
         ev = own_result.evidence if own_result is not None and text else None
         return AnswerResult(text=text, mode=mode, citations=[], supported=False, extras=gs, stats=stats,
                             searched=drafted.searched, evidence=ev)

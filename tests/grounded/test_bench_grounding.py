@@ -213,6 +213,7 @@ def test_a_calibration_takes_one_prefill():
     assert bad.returncode == 2 and "calibrate on one prefill at a time" in bad.stderr
     assert "Traceback" not in bad.stderr
 
+
 @pytest.mark.slow
 def test_bench_grounding_reads_each_question_both_ways_with_the_chunk_cache(tmp_path):
     """--prefill exact,reuse on the small model: every question answered twice, the reuse answers'
