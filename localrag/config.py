@@ -203,8 +203,8 @@ class RasdConfig:
     min_gain: float = 1.0  # speculate only when expected tokens/s >= min_gain x plain
     probe_every: int = 16  # plain steps before a speculative step is probed again
     # a long copy's deeper nodes conditioned on its accepted ancestors of the same bucket
-    # (phases.estimate): long chains from an answer's first step. Off until measured on bench
-    # speed's report split (its "rasd-runs" and "retrieval-runs" methods)
+    # (phases.estimate): long chains from an answer's first step. Off: it did not pay on the tune
+    # half (scripts/budget_proxy.py; bench speed's "rasd-runs" and "retrieval-runs" methods)
     copy_runs: bool = False
     calibrate: bool = True  # measure T(k) at load (else a linear guess, for unit tests)
     use_retrieval: bool = True  # use the retrieval drafter (False: draft tree only)

@@ -184,6 +184,8 @@ class StepRecord:
     unique: bool  # the lookup had one first token only
     forced: bool = False  # a probe
     draft: bool = False  # the draft model proposed
+    need: float = 1.0  # the expected gain a bet had to clear when it was planned: min_gain / realism
+    t1_ms: float = 0.0  # the cost curve's T(1) it was planned with (after the curve's online correction)
 
 
 @register

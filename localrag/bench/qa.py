@@ -12,7 +12,10 @@ the normal pipeline into a cached index, so retrieval has real competition.
 
 Methods, interleaved per question (same retrieval, same machine state):
     norag        the chat model alone
-    rag          standard RAG: top-k chunks stuffed into one prompt (Plain mode)
+    rag          standard RAG: top-k chunks stuffed into one prompt (Plain mode), its text whatever the
+                 evidence check says
+    rag-checked  the same answer as the page shows it: one the evidence check does not support counts
+                 as a refusal (Plain warns on it), as Grounded's does
     grounded     Grounded mode as the app runs it: the answer model's own answer over the top-k chunks,
                  and Speculative RAG's subset drafts (drafter + verifier), each checked against its
                  chunks; refused when no candidate passes (``GroundedPipeline.decide``); ``specrag``,
@@ -25,8 +28,8 @@ Methods, interleaved per question (same retrieval, same machine state):
     oracle       NOT a method: the same drafts, best by F1 against the gold answers (abstains on
                  unanswerable questions): the ceiling any selection rule could reach with these drafts
 
-``--methods`` runs a subset (norag, rag, grounded, nocluster; the others come from grounded's drafts
-at no extra generation).
+``--methods`` runs a subset (norag, rag, grounded, nocluster; rag-checked comes with rag, the others
+from grounded's drafts, at no extra generation).
 
 Metrics (SQuAD normalisation): exact match, F1, answer-contained rate on answerable
 questions; for unanswerable ones (SQuAD v2) the rate of correct "not in the documents";
@@ -59,8 +62,8 @@ from localrag.grounded.scoring import short_answer, usable
 from localrag.modes import MODES, AnswerRequest, GroundedOptions
 from localrag.results import AnswerResult
 
-METHODS = ("norag", "rag", "grounded", "unchecked", "reranked", "drafter", "nocluster", "oracle")
-RUNS = ("norag", "rag", "grounded", "nocluster")  # the methods that generate; the rest reuse grounded's drafts
+METHODS = ("norag", "rag", "rag-checked", "grounded", "unchecked", "reranked", "drafter", "nocluster", "oracle")
+RUNS = ("norag", "rag", "grounded", "nocluster")  # the methods that generate; the rest reuse their answers
 ALIASES = {"specrag": "grounded"}  # accepted by --methods, never printed
 
 
@@ -97,6 +100,8 @@ def run_question(answerer: Answerer, norag: Answerer, pipeline: GroundedPipeline
         if method in methods:
             r, seconds = timed(ask, who, request)
             picks[method] = Pick(_pred(r.text), seconds)
+            if method == "rag":
+                picks["rag-checked"] = Pick(_pred(r.text) if r.supported else None, seconds)
     best, drafts = (None, None), ()
     if "grounded" in methods:
         best, drafts = _grounded(answerer, pipeline, rec, gen, grounded_cfg, aligner, picks, k, grounded_ask)
@@ -310,7 +315,7 @@ def cmd_qa(args) -> int:
 def print_qa(result: dict) -> None:
     print(f"{result['suite']}: {result['questions']} questions over {result['documents']} documents "
           f"({result['chunks_ingested']} new chunks), drafter {result['drafter']}, verifier {result['verifier']}")
-    columns = [("method", 10), ("EM", 6), ("F1", 6), ("cont.", 6), ("abst.", 6), ("unans.ok", 8), ("mean s", 7),
+    columns = [("method", 12), ("EM", 6), ("F1", 6), ("cont.", 6), ("abst.", 6), ("unans.ok", 8), ("mean s", 7),
                ("p90 s", 7)]
     print(table(columns, [[m, fmt(r["em"], ".1f"), fmt(r["f1"], ".1f"), fmt(r["contained"], ".1f"),
                            fmt(r["abstained_on_answerable"], ".1f"), fmt(r["unanswerable_correct"], ".1f"),

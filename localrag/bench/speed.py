@@ -55,8 +55,9 @@ Per suite it reports:
     measured T(k), median over prompts; with a draft model, also the bound of copying plus that
     draft model guessing every other token at its measured forward (what RASD could reach);
   * with ``--breakdown``, per step (``speed_steps``): tree size and depth, tokens accepted, verify
-    time, Python time between forwards, and the steps that wrote one token while the datastore held
-    a longer match the answer then wrote, beside the C++ peers' own drafted / accepted counts;
+    time, Python time between forwards, the gain a bet had to clear and the T(1) it was planned with
+    (``--out``'s step records), and the steps that wrote one token while the datastore held a longer
+    match the answer then wrote, beside the C++ peers' own drafted / accepted counts;
     with ``--tune`` (tune split only), the acceptance per match class the budget's prior stands for.
 
 Prompts: the suites of :mod:`localrag.bench.data` (``load_suite``) or a ``--prompts`` JSONL file.

@@ -299,6 +299,8 @@ class RasdDecoder(Decoder):
 
     def _after_step(self, step: Step, prop: Proposal, plan_: Plan, seconds: float) -> None:
         """Everything learned from one step. `seconds` is the whole step, proposing included."""
+        if self.record_steps:  # as planned, before this step's outcome moves them
+            self._record_step(step, prop, self.config.min_gain / self.budget.calibrator.realism_of(prop.scorer))
         self.budget.observe(step, prop, plan_, seconds, self.draft is not None)
         st, vt = self.stats, step.tree
         size = vt.n_drafted if vt is not None else 0
@@ -314,8 +316,6 @@ class RasdDecoder(Decoder):
             st.tree_sizes.append(size)
             self._gain_sum += plan_.gain or 0.0
         self._busy_s += seconds
-        if self.record_steps:
-            self._record_step(step, prop)
         self._forward_end = step.started + step.seconds
         st.steps += 1
         st.tokens += len(step.tokens)
@@ -374,7 +374,7 @@ class RasdDecoder(Decoder):
         st.step_log = [_held(rec, trie, self._answer) for rec, trie in self._steps]
         self._steps = []
 
-    def _record_step(self, step: Step, prop: Proposal) -> None:
+    def _record_step(self, step: Step, prop: Proposal, need: float) -> None:
         """One step as a StepRecord, with the lookup's trie to judge once the answer is known."""
         vt, found = step.tree, self._lookup
         trie = found.trie if found is not None and found.trie is not None and len(found.trie) > 1 else None
@@ -382,7 +382,8 @@ class RasdDecoder(Decoder):
                          depth=vt.max_depth() if vt is not None else 0, accepted=len(step.tokens) - 1,
                          verify_s=step.seconds, between_s=max(0.0, step.started - self._forward_end),
                          match_len=found.match_len if found is not None else 0, held=0, top_ok=None,
-                         unique=False, forced=step.forced, draft=prop.draft_scored)
+                         unique=False, forced=step.forced, draft=prop.draft_scored, need=need,
+                         t1_ms=self.cost(1) * 1e3)
         self._steps.append((rec, trie))
 
 

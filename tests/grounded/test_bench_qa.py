@@ -25,6 +25,7 @@ def _draft(answer: str, score: float, draft_logprob: float, dropped: str = "") -
 @dataclass
 class _Reply:
     text: str
+    supported: bool = True
 
 
 @dataclass
@@ -37,15 +38,15 @@ class _Result:
 
 
 class FakeAnswerer:
-    def __init__(self, text: str):
-        self.text = text
+    def __init__(self, text: str, supported: bool = True):
+        self.text, self.supported = text, supported
 
     def index_for(self, collection):
         return None
 
 
 def fake_ask(answerer: FakeAnswerer, request) -> _Reply:
-    return _Reply(answerer.text)
+    return _Reply(answerer.text, answerer.supported)
 
 
 class FakePipeline:
@@ -81,7 +82,7 @@ def test_each_method_reports_its_own_pick_from_the_same_drafts():
                        grounded_ask=fake_grounded)  # every draft passes
     assert pipeline.gens == [gen, gen]  # grounded and nocluster answer within the same limits as RAG
     picked = {m: p.answer for m, p in row.picks.items()}
-    assert picked["rag"] == "The Pacific"
+    assert picked["rag"] == picked["rag-checked"] == "The Pacific"
     assert picked["grounded"] == "the Pacific Ocean coast"
     assert picked["unchecked"] == picked["reranked"] == picked["grounded"]  # no aligner: no check to differ by
     assert picked["drafter"] == "Los Angeles"
@@ -97,6 +98,18 @@ def test_unsupported_and_unanswerable_rows_abstain():
     picked = {m: p.answer for m, p in row.picks.items()}
     assert picked["rag"] is None and picked["grounded"] is None and picked["oracle"] is None
     assert picked["norag"] == "Olympus"
+
+
+def test_rag_checked_counts_an_answer_the_evidence_does_not_support_as_refused():
+    """rag is the text Plain wrote; rag-checked is what the page shows as an answer: Plain warns on
+    an unsupported one, so it counts as a refusal, as Grounded's unsupported answers do."""
+    rec = QARecord("Which Python 3 version is the default in Debian 12?", ("doc",), ())
+    row = run_question(FakeAnswerer("Debian 12 (bookworm)", supported=False), FakeAnswerer("3.11"),
+                       FakePipeline(DRAFTS), rec, None, GroundedConfig(), k=5, ask=fake_ask,
+                       grounded_ask=fake_grounded, methods=("rag",))
+    assert row.picks["rag"].answer == "Debian 12 (bookworm)" and row.picks["rag-checked"].answer is None
+    assert row.picks["rag-checked"].seconds == row.picks["rag"].seconds  # the same answer, not a second one
+    assert set(row.picks) == {"rag", "rag-checked"}
 
 
 def test_summary_scores_answerable_and_unanswerable_separately():

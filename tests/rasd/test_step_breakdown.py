@@ -125,9 +125,10 @@ def test_the_step_log_accounts_for_every_token_of_the_answer(smollm2_engine):
 @pytest.mark.slow
 def test_plain_steps_over_a_held_copy_are_counted_as_missed(smollm2_engine):
     """A verify cost far above plain's (and no probe): every step is plain, and the steps where the
-    datastore held the passage the model was repeating are the missed ones."""
+    datastore held the passage the model was repeating are the missed ones. Each step records what
+    its plan had to clear and the T(1) it planned with."""
     engine = smollm2_engine
-    config = RasdConfig(calibrate=False, probe_every=10**6)
+    config = RasdConfig(calibrate=False, probe_every=10**6, min_gain=1.25)
     dec, run, ids = _run(engine, config, CostModel.linear(0.01, 0.05))
     log = dec.stats.step_log
     assert len(run.tokens) == 40 and dec.stats.spec_steps == 0 and all(s.size == s.accepted == 0 for s in log)
@@ -142,3 +143,6 @@ def test_plain_steps_over_a_held_copy_are_counted_as_missed(smollm2_engine):
     for s in log:
         if s.top_ok:  # the lookup's favourite first token was the answer's: it held at least that one
             assert s.held >= 1
+    assert all(s.need == 1.25 for s in log)  # min_gain / realism, and no bet was made to move realism
+    # T(1) as planned: the guessed 10 ms at the first step, then corrected by every plain forward
+    assert log[0].t1_ms == pytest.approx(10.0) and len({s.t1_ms for s in log}) > 1

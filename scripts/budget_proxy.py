@@ -1,0 +1,103 @@
+"""Speedup's budget variants compared without a clock (issue 54, tuning on ``--split tune`` only).
+
+Greedy decoding is deterministic here, so a variant's steps are too: per suite, one decoder (the
+default pair, as ``bench speed``'s ``rasd``) answers each prompt in turn, learning as it goes, and
+its time is estimated from the stored cost curve as T(1) for the first token plus T(nodes + 1)
+per step, against plain's T(1) per token. Variants:
+
+    --copy-runs          RasdConfig.copy_runs (bench speed's rasd-runs)
+    --skip-answer-end    a rejection where the answer ended (the target's token is end-of-generation)
+                         is no calibration trial: an experiment, patched in here, not in the library
+
+    HF_HUB_OFFLINE=1 PYTHONPATH=. .venv/bin/python scripts/budget_proxy.py --suites docqa,docqa-hotpot,summary \
+        --split tune [--copy-runs] [--skip-answer-end]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from localrag.bench.data import SPEED_SPLITS, load_suite
+from localrag.bench.speed import _encode, run_generation
+from localrag.config import ModelConfig, RasdConfig
+from localrag.engine import Engine
+from localrag.rasd import RasdDecoder, load_draft
+from localrag.rasd import loop as rasd_loop
+from localrag.rasd.budget import Budget, CostModel
+
+DRAFT = "qwen2.5-coder-0.5b-instruct"
+
+
+def skip_answer_end(is_eog) -> None:
+    """Patch the budget: a node rejected where the answer ended teaches its bucket nothing."""
+    emitted: list[int] = []
+    accept = rasd_loop.accept
+
+    def accept_and_note(vt, rows, sampler):
+        path, bonus = accept(vt, rows, sampler)
+        emitted[:] = [vt.tokens[i] for i in path[1:]] + [bonus]  # the target's token at each depth
+        return path, bonus
+
+    def learn(self, vt, old, keys, path):
+        on_path = set(path)
+        for i in range(1, len(vt)):
+            if vt.parents[i] in on_path and (i in on_path or not is_eog(emitted[vt.depths[i] - 1])):
+                self.calibrator.update(keys[old[i]], i in on_path)
+
+    def learn_unverified(self, answer, final=False):
+        pending = []
+        for tree, keys, start in self._unverified:
+            if not final and len(answer) < start + tree.max_depth():
+                pending.append((tree, keys, start))
+                continue
+            matched = [True] + [False] * (len(tree) - 1)
+            for v in range(1, len(tree)):
+                at = start + tree.depths[v] - 1
+                if matched[tree.parents[v]] and at < len(answer):
+                    matched[v] = tree.tokens[v] == answer[at]
+                    if matched[v] or not is_eog(answer[at]):
+                        self.calibrator.update(keys[v], matched[v])
+        self._unverified = pending
+
+    rasd_loop.accept = accept_and_note
+    Budget.learn, Budget.learn_unverified = learn, learn_unverified
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--suites", default="docqa,docqa-hotpot,summary")
+    p.add_argument("--split", choices=SPEED_SPLITS, default="tune")
+    p.add_argument("--n", type=int, default=16)
+    p.add_argument("--copy-runs", action="store_true")
+    p.add_argument("--skip-answer-end", action="store_true")
+    args = p.parse_args()
+    engine = Engine.load(ModelConfig())
+    backend = engine.backend
+    if args.skip_answer_end:
+        skip_answer_end(backend.is_eog)
+    draft = load_draft(backend, DRAFT)
+    config = RasdConfig(copy_runs=args.copy_runs)
+    cost = CostModel.load_or_measure(backend, min(config.max_nodes, backend.max_leaves) + 1)
+    for suite in args.suites.split(","):
+        decoder = RasdDecoder(backend, config, draft, cost=cost)
+        tokens = forwards = 0
+        t_spec = t_plain = 0.0
+        for prompt in load_suite(suite, args.n, args.split):
+            _, ids, gen = _encode(engine, prompt, 96)
+            decoder.set_documents(list(prompt.docs))
+            decoder.record_steps = True
+            run = run_generation(engine, ids, gen, decoder)
+            steps = run.stats.get("step_log") or []
+            tokens += len(run.tokens)
+            forwards += len(steps) + 1
+            t_spec += cost(1) + sum(cost(s["size"] + 1) for s in steps)
+            t_plain += len(run.tokens) * cost(1)
+        print(json.dumps({"suite": suite, "split": args.split, "copy_runs": args.copy_runs,
+                          "skip_answer_end": args.skip_answer_end, "tokens": tokens, "forwards": forwards,
+                          "tokens_per_forward": round(tokens / forwards, 3),
+                          "estimated_speedup": round(t_plain / t_spec, 3)}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
