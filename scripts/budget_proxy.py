@@ -45,23 +45,14 @@ def skip_answer_end(is_eog) -> None:
             if vt.parents[i] in on_path and (i in on_path or not is_eog(emitted[vt.depths[i] - 1])):
                 self.calibrator.update(keys[old[i]], i in on_path)
 
-    def learn_unverified(self, answer, final=False):
-        pending = []
-        for tree, keys, start in self._unverified:
-            if not final and len(answer) < start + tree.max_depth():
-                pending.append((tree, keys, start))
-                continue
-            matched = [True] + [False] * (len(tree) - 1)
-            for v in range(1, len(tree)):
-                at = start + tree.depths[v] - 1
-                if matched[tree.parents[v]] and at < len(answer):
-                    matched[v] = tree.tokens[v] == answer[at]
-                    if matched[v] or not is_eog(answer[at]):
-                        self.calibrator.update(keys[v], matched[v])
-        self._unverified = pending
+    learn_unverified = Budget.learn_unverified
+
+    def learn_unverified_before_the_end(self, answer, final=False):
+        # the budget's own, short of an end-of-generation token: no node is tried at that position
+        learn_unverified(self, answer[:-1] if answer and is_eog(answer[-1]) else answer, final)
 
     rasd_loop.accept = accept_and_note
-    Budget.learn, Budget.learn_unverified = learn, learn_unverified
+    Budget.learn, Budget.learn_unverified = learn, learn_unverified_before_the_end
 
 
 def main() -> None:
