@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import numpy as np
 
+import localrag.bench.judge as bench_judge
+from localrag.__main__ import build_parser
+from localrag.answer import RAG_INSTRUCTIONS
 from localrag.bench.judge import MAX_EARLY_FALSE_REFUSALS, Features, fit_probe, measure
-from localrag.judge import find_probe, prompt_key
+from localrag.bench.prompts import VARIANTS
+from localrag.judge import file_sha256, find_probe, prompt_key
 
 
 def _features(n: int, seed: int, informative: int = 18) -> Features:
@@ -43,3 +47,26 @@ def test_the_fit_picks_the_layer_that_carries_the_label_and_keeps_its_early_refu
 
     held_out = measure(found, _features(300, 1))  # fresh rows, the same direction
     assert held_out["auroc"] > 0.75 and held_out["early_refusals_answerable"] < 0.15
+
+
+def test_bench_judge_reads_and_keys_the_probe_on_the_prompt_it_is_given(tmp_path, monkeypatch, capsys):
+    """``bench judge --prompt do-not-say --fit`` reads the judge's prompt with that variant's
+    instructions and writes a probe the app finds for them only (its own prompt keeps its probe)."""
+    monkeypatch.setenv("LOCALRAG_PROBES_DIR", str(tmp_path))
+    model = tmp_path / "model.gguf"
+    model.write_bytes(b"GGUF" + bytes(100))
+    read = []
+
+    def collect(suite, split, n, seed, name, k, instructions, limit=None, progress=None):  # the read, synthetic
+        read.append(instructions)
+        return _features(200, 1), model
+
+    monkeypatch.setattr(bench_judge, "collect", collect)
+    args = build_parser().parse_args(["bench", "judge", "--split", "calibration", "--prompt", "do-not-say", "--fit",
+                                      "--json"])
+    assert args.func(args) == 0
+    theirs = VARIANTS["do-not-say"].instructions
+    assert read == [theirs] and theirs != RAG_INSTRUCTIONS
+    assert find_probe(file_sha256(model), theirs) is not None
+    assert find_probe(file_sha256(model), RAG_INSTRUCTIONS) is None
+    assert '"prompt": "do-not-say"' in capsys.readouterr().out

@@ -74,6 +74,7 @@ from localrag.bench.data import (
     qa_collection,
     sample,
 )
+from localrag.bench.prompts import VARIANTS
 from localrag.config import ChunkCacheConfig, GenerationConfig, ModelConfig, default_cache_dir
 from localrag.engine import Engine
 from localrag.evidence import AnswerEvidence, EvidenceAligner, EvidenceConfig, is_refusal
@@ -83,7 +84,11 @@ from localrag.judge import Probe
 from localrag.modes import MODES, AnswerRequest, get_mode
 
 MAX_REFUSALS_OF_ANSWERABLE = 0.15  # the refusal threshold is the highest that stays within this
-INSTRUCTIONS = {"qa": QA_INSTRUCTIONS, "app": RAG_INSTRUCTIONS}  # --instructions
+# where the model's own refusals pass that: the share of answers written to answerable questions the check
+# may warn on (chosen by cross-validation on the calibration half: out of fold it warned on 8 of 84)
+MAX_CHECK_WARNINGS_OF_ANSWERABLE = 0.05
+# --instructions; "do-not-say": the app's before it asked for "not in the documents" (``bench prompts``)
+INSTRUCTIONS = {"qa": QA_INSTRUCTIONS, "app": RAG_INSTRUCTIONS, "do-not-say": VARIANTS["do-not-say"].instructions}
 
 
 @dataclass(frozen=True)
@@ -318,8 +323,11 @@ def fit_refusal_threshold(rows: list[GroundingRow]) -> float:
     """The highest threshold that refuses (with the model's own refusals) at most
     MAX_REFUSALS_OF_ANSWERABLE of the answerable questions. Where the model's own refusals (its
     "not in the documents", the judge's refusals before a word) already pass that, no threshold
-    keeps within it, and the one that refuses the most more of the unanswerable questions than of
-    the answerable ones (Youden's J) is taken: a score of 0 would warn on nothing."""
+    keeps within it, and the check is held to an allowance of its own: the highest threshold that
+    warns on at most MAX_CHECK_WARNINGS_OF_ANSWERABLE of the answers written to answerable
+    questions (a score of 0 would warn on nothing; the threshold that refuses the most more
+    unanswerable questions than answerable ones, Youden's J, warned on 19 of 84 out of fold,
+    docs/benchmarks.md "The evidence check refitted on the app's answers")."""
     answerable = [r for r in rows if r.answerable]
     unanswerable = [r for r in rows if not r.answerable]
     thresholds = sorted({r.score for r in rows})
@@ -330,7 +338,8 @@ def fit_refusal_threshold(rows: list[GroundingRow]) -> float:
     within = [t for t in thresholds if refused(answerable, t) <= MAX_REFUSALS_OF_ANSWERABLE]
     if within or not unanswerable:
         return max(within, default=0.0)
-    return max(thresholds, key=lambda t: (refused(unanswerable, t) - refused(answerable, t), -t))
+    written = [r for r in answerable if not r.model_refused]
+    return max((t for t in thresholds if refused(written, t) <= MAX_CHECK_WARNINGS_OF_ANSWERABLE), default=0.0)
 
 
 # ------------------------------------------------------------------ runner
@@ -528,7 +537,8 @@ def add_bench_cli(bench_subparsers) -> None:
     p.add_argument("--k", type=int, default=5, help="chunks per answer")
     p.add_argument("--instructions", choices=list(INSTRUCTIONS), default="qa",
                    help="qa: ask for a short answer phrase (the evidence constants were fitted so); app: the "
-                        "app's own, which the answerability judge's probe was fitted with")
+                        "app's own, which the answerability judge's probe was fitted with; do-not-say: the app's "
+                        "without its refusal phrase (a probe for it: bench judge --prompt do-not-say --fit)")
     p.add_argument("--model", default=None)
     p.add_argument("--verifier", default="target", help="Grounded mode's verifier: target (the model itself) or a name")
     p.add_argument("--prefill", default="exact", choices=["exact", "reuse", "exact,reuse"],

@@ -3,6 +3,10 @@
     python -m localrag bench judge --suite squad --split calibration --n 1000 --fit
     python -m localrag bench judge --suite squad --split report --n 200          # the shipped probe
     python -m localrag bench judge --suite hotpotqa --split report --n 100
+    python -m localrag bench judge --suite squad --split calibration --n 1000 --limit 449 --prompt do-not-say --fit
+
+``--prompt``: the instructions of one of ``bench prompts``' variants (default "brief", the app's);
+a probe fitted on another prompt is keyed on it, so the app uses it only once its prompt is that one.
 
 Each question is searched as the app searches (the top-k chunks of one collection holding every
 sampled question's documents) and its judge's prompt laid out as the app lays it out
@@ -37,6 +41,7 @@ from localrag.backends.chunk_reuse import common_prefix
 from localrag.bench.common import output
 from localrag.bench.data import QA_SUITES, SPLITS, GroundingRecord, load_records, qa_collection
 from localrag.bench.grounding import auroc, auroc_interval
+from localrag.bench.prompts import VARIANTS
 from localrag.config import GenerationConfig, ModelConfig, default_cache_dir
 from localrag.engine import Engine
 from localrag.generation import Generation, PlainDecoder
@@ -245,6 +250,11 @@ def tap_cost(model: str | None, layer: int, pairs: list[tuple[list[int], list[in
             "answer_prefill_s_median": round(float(np.median(prefill_s)), 3)}
 
 
+# bench prompts' variants that differ from the app's prompt in their instructions alone (the judge's
+# prompt lays out the top chunk and the question as the app does)
+JUDGED_PROMPTS = tuple(n for n, v in VARIANTS.items() if (v.k, v.best_last, v.reminder) == (5, False, ""))
+
+
 def add_bench_cli(bench_subparsers) -> None:
     p = bench_subparsers.add_parser("judge", help="fit and measure the answerability probe")
     p.add_argument("--suite", choices=QA_SUITES, default="squad")
@@ -255,6 +265,8 @@ def add_bench_cli(bench_subparsers) -> None:
     p.add_argument("--k", type=int, default=5, help="chunks per prompt")
     p.add_argument("--model", default=None)
     p.add_argument("--fit", action="store_true", help="fit the probe on these questions and write it")
+    p.add_argument("--prompt", default="brief", choices=JUDGED_PROMPTS,
+                   help="the instructions of this bench prompts variant (brief: the app's)")
     p.add_argument("--cost", type=int, default=0, help="also time N answer prompts read with and without the tap, and their judge prompts read aside")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_judge)
@@ -269,18 +281,20 @@ def cmd_judge(args) -> int:
         print(f"[{i}/{total}] answerable={bool(row['answerable'])} read {float(row['read_s']):.1f} s "
               f"({int(row['prompt_tokens'])} tokens)", file=sys.stderr, flush=True)
 
-    feats, model_path = collect(args.suite, args.split, args.n, args.seed, args.model, args.k, RAG_INSTRUCTIONS,
+    instructions = VARIANTS[args.prompt].instructions
+    feats, model_path = collect(args.suite, args.split, args.n, args.seed, args.model, args.k, instructions,
                                args.limit, progress)
     model_sha = file_sha256(model_path)
-    result = {"suite": args.suite, "split": args.split, "n": len(feats.answerable), "model_sha256": model_sha}
+    result = {"suite": args.suite, "split": args.split, "prompt": args.prompt, "n": len(feats.answerable),
+              "model_sha256": model_sha}
     if args.fit:
         meta = {"suite": args.suite, "split": args.split, "seed": args.seed, "n_sampled": args.n, "k": args.k}
-        probe, fitted = fit_probe(feats, model_path, RAG_INSTRUCTIONS, meta)
+        probe, fitted = fit_probe(feats, model_path, instructions, meta)
         result.update(fitted, layer=probe.layer, refuse_below=round(probe.refuse_below, 4), file=str(probe.save()))
     else:
-        probe = find_probe(model_sha, RAG_INSTRUCTIONS)
+        probe = find_probe(model_sha, instructions)
         if probe is None:
-            print("error: no probe for this model and the app's instructions; fit one first (--fit)", file=sys.stderr)
+            print(f"error: no probe for this model and the {args.prompt} prompt; fit one first (--fit)", file=sys.stderr)
             return 2
         result.update(layer=probe.layer, **measure(probe, feats))
         t0 = time.perf_counter()

@@ -65,7 +65,9 @@ class EvidenceConfig:
     to one sentence. The answerability judge's p(answerable) is a signal ``--calibrate`` fits
     (``weight_answerable``) but not yet adopted: fitted with the app's instructions it separated
     held-out answerable questions from unanswerable ones far better, at a threshold that warned on
-    45% of the answerable ones (docs/benchmarks.md, "The judge's p in the evidence score")."""
+    45% of the answerable ones (docs/benchmarks.md, "The judge's p in the evidence score"); at one
+    that warned on 10% of the written answers out of fold, on 26% of the held-out half's ("The
+    evidence check refitted on the app's answers")."""
 
     weight_exact: float = 0.3246
     weight_overlap: float = 0.1341

@@ -116,14 +116,16 @@ def test_refusal_threshold_keeps_false_refusals_within_bound():
     assert sum(r.score < t2 for r in answerable) == 0  # the model's own refusals use up the allowance
 
 
-def test_past_the_allowance_the_threshold_refuses_most_unanswerable_for_answerable():
+def test_past_the_allowance_the_check_warns_on_at_most_one_written_right_answer_in_twenty():
     """The model's own refusals alone pass the allowance (as the app's prompt makes the 1.5B decline
     one answerable SQuAD question in six): the threshold is not 0, which would warn on nothing, but
-    the one that refuses the most more unanswerable questions than answerable ones."""
-    answerable = [_row(0.5, model_refused=True)] * 4 + [_row(s / 10) for s in range(3, 9)]  # 0.3 .. 0.8
-    unanswerable = [_row(s, answerable=False) for s in (0.1, 0.2, 0.25, 0.35, 0.6)]
+    the highest that warns on at most 5% of the answers written to answerable questions. Youden's J
+    (the rule before) takes 0.5 here, which warns on 8 of the 20."""
+    answerable = [_row(0.5, model_refused=True)] * 4 + [_row(s / 40) for s in range(12, 32)]  # 0.3 .. 0.775
+    unanswerable = [_row(s, answerable=False) for s in (0.1, 0.2, 0.31, 0.45, 0.49)]
     t = fit_refusal_threshold(answerable + unanswerable)
-    assert t == 0.4  # 4 of 5 unanswerable refused for 1 of the 6 answered; 0.3 refuses 3 for none (J 0.2 < 0.3)
+    assert t == 0.325  # 0.3 alone is warned on (1 of the 20 written); 3 of the 5 unanswerable refused
+    assert sum(r.score < t for r in answerable if not r.model_refused) == 1
 
 
 def test_the_fit_weighs_the_models_confidence_and_fills_it_in_where_unknown():
