@@ -6,7 +6,7 @@ Answers come from ``bench grounding --instructions app --cache`` runs (generated
     HF_HUB_OFFLINE=1 PYTHONPATH=. .venv/bin/python scripts/evidence_fit.py --suites squad:200 --cv
     HF_HUB_OFFLINE=1 PYTHONPATH=. .venv/bin/python scripts/evidence_fit.py --suites squad:200,hotpotqa:100
 
-``--cv``: grouped 5-fold cross-validation (questions on one paragraph in one fold) of the fit and of
+``--cv``: grouped 5-fold cross-validation (``bench judge``'s folds: questions on one paragraph in one fold) of the fit and of
 each threshold rule, on the first suite: what each would warn on out of fold. Without it: one fit on
 every suite's answers together, and what it refuses in each (in sample).
 """
@@ -14,7 +14,6 @@ every suite's answers together, and what it refuses in each (in sample).
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 from dataclasses import asdict, replace
 
@@ -22,6 +21,7 @@ import numpy as np
 
 from localrag.bench import grounding as g
 from localrag.bench.common import AnswerCache
+from localrag.bench.judge import document_group, grouped_folds
 from localrag.config import GenerationConfig
 from localrag.evidence import EvidenceAligner, EvidenceConfig
 
@@ -78,14 +78,9 @@ def main() -> None:
     sets = [answered(suite, n) for suite, n in suites]
     if args.cv:
         s, answers = sets[0]
-        groups = [int(hashlib.sha1("\0".join(r.qa.docs).encode()).hexdigest()[:8], 16) for r in s.records]
-        order = np.random.default_rng(0).permutation(sorted(set(groups)))
-        fold = {gid: i % 5 for i, gid in enumerate(order)}
         rules = {"youden": youden, "check allowance": g.fit_refusal_threshold}
         held: dict[str, list] = {name: [] for name in (*rules, "shipped")}
-        for f in range(5):
-            train = [i for i, x in enumerate(groups) if fold[x] != f]
-            test = [i for i, x in enumerate(groups) if fold[x] == f]
+        for train, test in grouped_folds([document_group(r) for r in s.records]):
             for name, rule in rules.items():
                 held[name] += rescore(s, answers, fit([(s, answers, train)], rule), test)
             held["shipped"] += rescore(s, answers, EvidenceConfig(), test)

@@ -7,6 +7,8 @@ Run: .venv/bin/python -m pytest tests/test_judge_fit.py -q
 
 from __future__ import annotations
 
+import struct
+
 import numpy as np
 
 import localrag.bench.judge as bench_judge
@@ -54,7 +56,7 @@ def test_bench_judge_reads_and_keys_the_probe_on_the_prompt_it_is_given(tmp_path
     instructions and writes a probe the app finds for them only (its own prompt keeps its probe)."""
     monkeypatch.setenv("LOCALRAG_PROBES_DIR", str(tmp_path))
     model = tmp_path / "model.gguf"
-    model.write_bytes(b"GGUF" + bytes(100))
+    model.write_bytes((b"GGUF" + struct.pack("<IQQ", 3, 0, 0)).ljust(32, b"\0"))  # a header, no tensors, no keys
     read = []
 
     def collect(suite, split, n, seed, name, k, instructions, limit=None, progress=None):  # the read, synthetic
@@ -63,10 +65,22 @@ def test_bench_judge_reads_and_keys_the_probe_on_the_prompt_it_is_given(tmp_path
 
     monkeypatch.setattr(bench_judge, "collect", collect)
     args = build_parser().parse_args(["bench", "judge", "--split", "calibration", "--prompt", "do-not-say", "--fit",
-                                      "--json"])
+                                      "--json", "--model", str(model)])
     assert args.func(args) == 0
     theirs = VARIANTS["do-not-say"].instructions
     assert read == [theirs] and theirs != RAG_INSTRUCTIONS
     assert find_probe(file_sha256(model), theirs) is not None
     assert find_probe(file_sha256(model), RAG_INSTRUCTIONS) is None
     assert '"prompt": "do-not-say"' in capsys.readouterr().out
+
+
+def test_bench_judge_without_a_probe_for_the_prompt_says_so_before_reading(tmp_path, monkeypatch, capsys):
+    """Measuring a prompt no probe was fitted on is refused at once, naming the prompt, before the
+    minutes of reading the questions."""
+    monkeypatch.setenv("LOCALRAG_PROBES_DIR", str(tmp_path))
+    read = []
+    monkeypatch.setattr(bench_judge, "collect", lambda *a, **k: read.append(a))
+    args = build_parser().parse_args(["bench", "judge", "--prompt", "quote", "--model", "smollm2-135m-instruct"])
+    assert args.func(args) == 2
+    assert "no probe for this model and the quote prompt" in capsys.readouterr().err
+    assert read == []

@@ -85,7 +85,7 @@ from localrag.modes import MODES, AnswerRequest, get_mode
 
 MAX_REFUSALS_OF_ANSWERABLE = 0.15  # the refusal threshold is the highest that stays within this
 # where the model's own refusals pass that: the share of answers written to answerable questions the check
-# may warn on (chosen by cross-validation on the calibration half: out of fold it warned on 8 of 84)
+# may warn on (chosen by cross-validation on the calibration half: out of fold it warned on 11 of 84)
 MAX_CHECK_WARNINGS_OF_ANSWERABLE = 0.05
 # --instructions; "do-not-say": the app's before it asked for "not in the documents" (``bench prompts``)
 INSTRUCTIONS = {"qa": QA_INSTRUCTIONS, "app": RAG_INSTRUCTIONS, "do-not-say": VARIANTS["do-not-say"].instructions}
@@ -326,7 +326,7 @@ def fit_refusal_threshold(rows: list[GroundingRow]) -> float:
     keeps within it, and the check is held to an allowance of its own: the highest threshold that
     warns on at most MAX_CHECK_WARNINGS_OF_ANSWERABLE of the answers written to answerable
     questions (a score of 0 would warn on nothing; the threshold that refuses the most more
-    unanswerable questions than answerable ones, Youden's J, warned on 19 of 84 out of fold,
+    unanswerable questions than answerable ones, Youden's J, warned on 17 of 84 out of fold,
     docs/benchmarks.md "The evidence check refitted on the app's answers")."""
     answerable = [r for r in rows if r.answerable]
     unanswerable = [r for r in rows if not r.answerable]

@@ -84,6 +84,11 @@ def record_key(rec: GroundingRecord, collection_key: str, k: int) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
+def document_group(rec: GroundingRecord) -> int:
+    """A number per question's documents: grouped folds keep questions on one paragraph together."""
+    return int(hashlib.sha1("\0".join(rec.qa.docs).encode()).hexdigest()[:8], 16)
+
+
 def sample(suite: str, split: str, n: int, seed: int):
     """The run's records, their collection, and the seeded order they are read in."""
     records = load_records(suite, None, split, n, seed)
@@ -136,8 +141,7 @@ def collect(suite: str, split: str, n: int, seed: int, model: str | None, k: int
             layers = tapped_layers(max(states) + 1)
             tmp = path.with_name(path.name + ".tmp.npz")
             np.savez(tmp, layers=np.array(layers), states=np.stack([states[x] for x in layers]),
-                     answerable=bool(rec.qa.answers), group=int(hashlib.sha1("\0".join(rec.qa.docs).encode())
-                                                                .hexdigest()[:8], 16),
+                     answerable=bool(rec.qa.answers), group=document_group(rec),
                      read_s=seconds, prompt_tokens=len(tokens))
             tmp.replace(path)
         rows.append(np.load(path))
@@ -170,11 +174,16 @@ def _score(x: np.ndarray, mean, scale, w, b) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-(((x - mean) / scale) @ w + b)))
 
 
-def out_of_fold(x: np.ndarray, y: np.ndarray, groups: np.ndarray, c: float) -> np.ndarray:
+def grouped_folds(groups) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(train, test) indices of FOLDS folds that never split a group."""
     from sklearn.model_selection import GroupKFold
 
+    return list(GroupKFold(n_splits=FOLDS).split(np.zeros(len(groups)), groups=groups))
+
+
+def out_of_fold(x: np.ndarray, y: np.ndarray, groups: np.ndarray, c: float) -> np.ndarray:
     p = np.zeros(len(y))
-    for train, test in GroupKFold(n_splits=FOLDS).split(x, y, groups):
+    for train, test in grouped_folds(groups):
         p[test] = _score(x[test], *_fit(x[train], y[train], c))
     return p
 
@@ -282,9 +291,13 @@ def cmd_judge(args) -> int:
               f"({int(row['prompt_tokens'])} tokens)", file=sys.stderr, flush=True)
 
     instructions = VARIANTS[args.prompt].instructions
+    model_sha = file_sha256(Path(resolve(model_config(args.model).model).path))
+    probe = None if args.fit else find_probe(model_sha, instructions)
+    if not args.fit and probe is None:  # said before the minutes of reading, not after
+        print(f"error: no probe for this model and the {args.prompt} prompt; fit one first (--fit)", file=sys.stderr)
+        return 2
     feats, model_path = collect(args.suite, args.split, args.n, args.seed, args.model, args.k, instructions,
                                args.limit, progress)
-    model_sha = file_sha256(model_path)
     result = {"suite": args.suite, "split": args.split, "prompt": args.prompt, "n": len(feats.answerable),
               "model_sha256": model_sha}
     if args.fit:
@@ -292,10 +305,6 @@ def cmd_judge(args) -> int:
         probe, fitted = fit_probe(feats, model_path, instructions, meta)
         result.update(fitted, layer=probe.layer, refuse_below=round(probe.refuse_below, 4), file=str(probe.save()))
     else:
-        probe = find_probe(model_sha, instructions)
-        if probe is None:
-            print(f"error: no probe for this model and the {args.prompt} prompt; fit one first (--fit)", file=sys.stderr)
-            return 2
         result.update(layer=probe.layer, **measure(probe, feats))
         t0 = time.perf_counter()
         for h in feats.states[probe.layer]:

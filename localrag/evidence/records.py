@@ -66,7 +66,7 @@ class EvidenceConfig:
     (``weight_answerable``) but not yet adopted: fitted with the app's instructions it separated
     held-out answerable questions from unanswerable ones far better, at a threshold that warned on
     45% of the answerable ones (docs/benchmarks.md, "The judge's p in the evidence score"); at one
-    that warned on 10% of the written answers out of fold, on 26% of the held-out half's ("The
+    that warned on 13% of the written answers out of fold, on 26% of the held-out half's ("The
     evidence check refitted on the app's answers")."""
 
     weight_exact: float = 0.3246
